@@ -1,0 +1,59 @@
+# Attention, from kernels to Transformers -- the two commands:
+#   make book   set up, then build the rendered book (_build/html/index.html)
+#   make test   set up, then run every test (unit, notebooks, grader, book build, browser)
+
+PYTHON     ?= python3
+VENV       ?= .venv
+BIN        := $(VENV)/bin
+# A loose range for users; CI pins a CPU build to keep the fresh venv small.
+TORCH_SPEC ?= torch>=2.2
+STAMP      := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: book test setup web-assets browser lint format strip bench clean help
+
+help:
+	@echo "make book   - set up .venv and build the book into _build/html"
+	@echo "make test   - set up .venv and run every test"
+	@echo "make lint   - ruff over the package, tests and notebooks"
+	@echo "make bench  - run the attention benchmark (prints ratios, writes JSON and a plot)"
+	@echo "make clean  - remove the built book (keeps the execution cache)"
+
+setup: $(STAMP) web-assets browser
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[book,dev]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (attention-course)" >/dev/null
+	@touch $(STAMP)
+
+web-assets:
+	@bash scripts/fetch_web_assets.sh
+
+browser:
+	@bash scripts/install_browser.sh
+
+book: setup
+	$(BIN)/jupyter-book build . -W --keep-going
+	@echo ""
+	@echo "The book is at: $(CURDIR)/_build/html/index.html"
+
+test: setup
+	$(BIN)/python -m pytest tests book exercises --nbval-lax --nbval-current-env \
+		--nbval-cell-timeout=900 $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check attention_course tests benchmarks scripts book exercises
+
+format: $(STAMP)
+	$(BIN)/ruff format attention_course tests benchmarks scripts
+
+strip: $(STAMP)
+	$(BIN)/python scripts/strip_outputs.py book exercises
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/attention_bench.py
+
+clean:
+	$(BIN)/jupyter-book clean . || rm -rf _build/html

@@ -1,0 +1,191 @@
+"""Chapter 1: attention pooling as kernel regression (Nadaraya 1964, Watson 1964).
+
+A query ``x`` is answered with a weighted average of the values ``y_i``; the weight of
+``y_i`` grows as its key ``x_i`` gets closer to ``x``. Shapes: ``queries`` is ``(Nq,)`` or
+``(Nq, d)``, ``keys`` is ``(Nk,)`` or ``(Nk, d)``, ``values`` is ``(Nk,)`` or ``(Nk, dv)``;
+``weights`` is always ``(Nq, Nk)`` and each of its rows sums to 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+KERNELS = ("gaussian", "boxcar", "epanechnikov")
+
+
+def _as_points(x: torch.Tensor, name: str) -> torch.Tensor:
+    """``(N,)`` or ``(N, d)`` -> ``(N, d)``."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() == 1:
+        return x[:, None]
+    if x.dim() == 2:
+        return x
+    raise ValueError(f"{name} must have shape (N,) or (N, d), got {tuple(x.shape)}")
+
+
+def _check_inputs(
+    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    q, k = _as_points(queries, "queries"), _as_points(keys, "keys")
+    if q.shape[1] != k.shape[1]:
+        raise ValueError(
+            f"queries and keys must have the same feature size; got queries "
+            f"{tuple(queries.shape)} and keys {tuple(keys.shape)}"
+        )
+    if values.dim() not in (1, 2) or values.shape[0] != k.shape[0]:
+        raise ValueError(
+            f"values must have shape (Nk,) or (Nk, dv) with Nk = {k.shape[0]} keys; got "
+            f"values {tuple(values.shape)} for keys {tuple(keys.shape)}"
+        )
+    return q, k
+
+
+def scaled_distances(
+    queries: torch.Tensor, keys: torch.Tensor, bandwidth: float | torch.Tensor = 1.0
+) -> torch.Tensor:
+    """``u[i, j] = |q_i - k_j| / h``, the distance of every query to every key, ``(Nq, Nk)``."""
+    q, k = _as_points(queries, "queries"), _as_points(keys, "keys")
+    return torch.cdist(q, k) / bandwidth
+
+
+def kernel_scores(u: torch.Tensor, kernel: str = "gaussian") -> torch.Tensor:
+    """Unnormalised kernel values ``K(u)`` for scaled distances ``u``.
+
+    ``gaussian``: ``exp(-u^2 / 2)``; ``boxcar``: ``1`` for ``|u| <= 1``;
+    ``epanechnikov``: ``max(0, 1 - u^2)`` (the constant factors cancel when normalised).
+    """
+    if kernel == "gaussian":
+        return torch.exp(-0.5 * u**2)
+    if kernel == "boxcar":
+        return (u.abs() <= 1).to(u.dtype)
+    if kernel == "epanechnikov":
+        return torch.clamp(1 - u**2, min=0)
+    raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+
+
+def attention_weights(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    bandwidth: float | torch.Tensor = 1.0,
+    kernel: str = "gaussian",
+) -> torch.Tensor:
+    """Normalised kernel weights ``alpha(q_i, k_j)``, ``(Nq, Nk)``, rows summing to 1.
+
+    The Gaussian kernel is normalised with a softmax over ``-u^2 / 2``, which is exact
+    and never divides by zero. For the compact kernels a query with no key inside its
+    window gives all its weight to the nearest key.
+    """
+    if not isinstance(bandwidth, torch.Tensor) and not bandwidth > 0:
+        raise ValueError(f"bandwidth must be positive, got {bandwidth}")
+    u = scaled_distances(queries, keys, bandwidth)
+    if kernel == "gaussian":
+        return torch.softmax(-0.5 * u**2, dim=-1)
+    scores = kernel_scores(u, kernel)
+    totals = scores.sum(dim=-1, keepdim=True)
+    nearest = torch.zeros_like(scores).scatter_(-1, u.argmin(dim=-1, keepdim=True), 1.0)
+    return torch.where(totals > 0, scores / totals.clamp_min(torch.finfo(u.dtype).tiny), nearest)
+
+
+def average_pooling(queries: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """The baseline: every query gets the mean of all values. ``(Nq,)`` or ``(Nq, dv)``."""
+    q = _as_points(queries, "queries")
+    mean = values.mean(dim=0)
+    return mean.expand(q.shape[0], *mean.shape).clone()
+
+
+def nadaraya_watson(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    bandwidth: float | torch.Tensor = 1.0,
+    kernel: str = "gaussian",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nadaraya-Watson kernel regression: ``f(q) = sum_j alpha(q, k_j) v_j``.
+
+    Returns ``(predictions, weights)``: predictions ``(Nq,)`` for values ``(Nk,)`` (or
+    ``(Nq, dv)`` for values ``(Nk, dv)``) and weights ``(Nq, Nk)``, rows summing to 1.
+    A wide bandwidth approaches average pooling, a narrow one the nearest neighbour.
+    """
+    _check_inputs(queries, keys, values)
+    weights = attention_weights(queries, keys, bandwidth, kernel)
+    return weights @ values.to(weights.dtype), weights
+
+
+def leave_one_out_mse(
+    x: torch.Tensor, y: torch.Tensor, bandwidth: float, kernel: str = "gaussian"
+) -> float:
+    """Mean squared error of predicting each ``y_i`` from all the other points."""
+    _check_inputs(x, x, y)
+    u = scaled_distances(x, x, bandwidth)
+    u = u + torch.diag(torch.full((u.shape[0],), math.inf, dtype=u.dtype))
+    if kernel == "gaussian":
+        weights = torch.softmax(-0.5 * u**2, dim=-1)
+    else:
+        scores = kernel_scores(u, kernel)
+        weights = scores / scores.sum(dim=-1, keepdim=True)
+    return torch.mean((weights @ y - y) ** 2).item()
+
+
+def choose_bandwidth(
+    x: torch.Tensor, y: torch.Tensor, candidates: Sequence[float], kernel: str = "gaussian"
+) -> float:
+    """The candidate bandwidth with the lowest leave-one-out error on ``(x, y)``."""
+    if len(candidates) == 0:
+        raise ValueError("candidates must hold at least one bandwidth")
+    errors = [leave_one_out_mse(x, y, float(h), kernel) for h in candidates]
+    finite = [(e, float(h)) for e, h in zip(errors, candidates) if math.isfinite(e)]
+    if not finite:
+        raise ValueError("every candidate bandwidth left some point with no neighbour")
+    return min(finite)[1]
+
+
+class NWKernelRegression(nn.Module):
+    """Parametric attention pooling: a Gaussian kernel with a learnable bandwidth.
+
+    The bandwidth is ``exp(log_bandwidth)``, so it stays positive while gradient descent
+    moves it. ``forward`` returns the predictions and keeps the last weights in
+    ``self.attention_weights`` ``(Nq, Nk)`` for plotting.
+    """
+
+    def __init__(self, init_bandwidth: float = 1.0) -> None:
+        super().__init__()
+        if init_bandwidth <= 0:
+            raise ValueError(f"init_bandwidth must be positive, got {init_bandwidth}")
+        self.log_bandwidth = nn.Parameter(torch.tensor(math.log(init_bandwidth)))
+        self.attention_weights: torch.Tensor | None = None
+
+    @property
+    def bandwidth(self) -> torch.Tensor:
+        return self.log_bandwidth.exp()
+
+    def forward(
+        self,
+        queries: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        exclude_self: bool = False,
+    ) -> torch.Tensor:
+        """Predictions ``(Nq,)`` or ``(Nq, dv)``.
+
+        ``exclude_self`` (needs ``Nq == Nk``, queries equal to keys) gives the diagonal no
+        weight: the leave-one-out fit used in training, without which the best bandwidth
+        would shrink to zero and every point would predict itself.
+        """
+        q, k = _check_inputs(queries, keys, values)
+        u = torch.cdist(q, k) / self.bandwidth
+        logits = -0.5 * u**2
+        if exclude_self:
+            if q.shape[0] != k.shape[0]:
+                raise ValueError(
+                    f"exclude_self needs as many queries as keys; got queries "
+                    f"{tuple(queries.shape)} and keys {tuple(keys.shape)}"
+                )
+            eye = torch.eye(q.shape[0], dtype=torch.bool, device=q.device)
+            logits = logits.masked_fill(eye, -math.inf)
+        self.attention_weights = torch.softmax(logits, dim=-1)
+        return self.attention_weights @ values.to(self.attention_weights.dtype)

@@ -1,0 +1,98 @@
+"""One small training loop, shared by every chapter that trains something."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from attention_course.device import get_device
+
+Batch = Any
+
+
+def to_device(batch: Batch, device: torch.device | str) -> Batch:
+    """Move every tensor in a (nested) tuple, list or dict to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, Mapping):
+        return {key: to_device(value, device) for key, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        moved = [to_device(value, device) for value in batch]
+        return type(batch)(moved) if not hasattr(batch, "_fields") else type(batch)(*moved)
+    return batch
+
+
+def train(
+    model: nn.Module,
+    loss_fn: Callable[[nn.Module, Batch], torch.Tensor],
+    data: Iterable[Batch] | Callable[[], Iterable[Batch]],
+    *,
+    epochs: int = 1,
+    max_steps: int | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    lr: float = 1e-3,
+    grad_clip: float | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    device: torch.device | str | None = None,
+    progress: bool = True,
+    desc: str = "training",
+) -> list[float]:
+    """Train ``model`` and return the loss of every step.
+
+    ``loss_fn(model, batch)`` returns a scalar loss for one batch. ``data`` is an
+    iterable of batches, or a function returning a fresh one each epoch (for example a
+    shuffling loader). Training stops after ``epochs`` passes or ``max_steps`` steps,
+    whichever comes first. The optimiser defaults to Adam with learning rate ``lr``;
+    ``grad_clip`` clips the global gradient norm. A progress bar shows the running loss.
+    """
+    if epochs < 1:
+        raise ValueError(f"epochs must be at least 1, got {epochs}")
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(f"max_steps must be at least 1 when given, got {max_steps}")
+    device = torch.device(device) if device is not None else get_device()
+    model.to(device)
+    model.train()
+    if optimizer is None:
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    try:
+        per_epoch = len(data() if callable(data) else data)  # type: ignore[arg-type]
+    except TypeError:
+        per_epoch = None
+    total = per_epoch * epochs if per_epoch is not None else None
+    if max_steps is not None:
+        total = min(total, max_steps) if total is not None else max_steps
+    history: list[float] = []
+    bar = tqdm(total=total, desc=desc, disable=not progress, leave=True)
+    try:
+        for _ in range(epochs):
+            for batch in data() if callable(data) else data:
+                loss = loss_fn(model, to_device(batch, device))
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"loss became {loss.item()} at step {len(history)}")
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if grad_clip is not None:
+                    nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+                optimizer.step()
+                if scheduler is not None:
+                    scheduler.step()
+                history.append(loss.item())
+                bar.update(1)
+                if len(history) % 10 == 1 or len(history) == total:
+                    bar.set_postfix(loss=f"{_running_mean(history):.4f}")
+                if max_steps is not None and len(history) >= max_steps:
+                    return history
+    finally:
+        bar.close()
+        model.eval()
+    return history
+
+
+def _running_mean(values: list[float], window: int = 20) -> float:
+    tail = values[-window:]
+    return sum(tail) / len(tail) if tail else math.nan
