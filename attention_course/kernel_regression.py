@@ -21,6 +21,8 @@ def _as_points(x: torch.Tensor, name: str) -> torch.Tensor:
     """``(N,)`` or ``(N, d)`` -> ``(N, d)``."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        x = x.to(torch.get_default_dtype())
     if x.dim() == 1:
         return x[:, None]
     if x.dim() == 2:
@@ -32,6 +34,8 @@ def _check_inputs(
     queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     q, k = _as_points(queries, "queries"), _as_points(keys, "keys")
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"values must be a torch.Tensor, got {type(values).__name__}")
     if q.shape[1] != k.shape[1]:
         raise ValueError(
             f"queries and keys must have the same feature size; got queries "
@@ -45,12 +49,31 @@ def _check_inputs(
     return q, k
 
 
+def squared_distances(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """``|q_i - k_j|^2`` for every query and key, ``(Nq, Nk)``.
+
+    Computed from the differences, so it is exact: ``torch.cdist``'s fast path
+    (``|q|^2 + |k|^2 - 2 q.k``) loses the small distances a narrow kernel depends on.
+    """
+    q, k = _as_points(queries, "queries"), _as_points(keys, "keys")
+    if q.shape[1] != k.shape[1]:
+        raise ValueError(
+            f"queries and keys must have the same feature size; got queries "
+            f"{tuple(queries.shape)} and keys {tuple(keys.shape)}"
+        )
+    return (q[:, None, :] - k[None, :, :]).pow(2).sum(dim=-1)
+
+
 def scaled_distances(
     queries: torch.Tensor, keys: torch.Tensor, bandwidth: float | torch.Tensor = 1.0
 ) -> torch.Tensor:
     """``u[i, j] = |q_i - k_j| / h``, the distance of every query to every key, ``(Nq, Nk)``."""
-    q, k = _as_points(queries, "queries"), _as_points(keys, "keys")
-    return torch.cdist(q, k) / bandwidth
+    return squared_distances(queries, keys).sqrt() / bandwidth
+
+
+def _check_bandwidth(bandwidth: float | torch.Tensor) -> None:
+    if not bool(torch.all(torch.as_tensor(bandwidth) > 0)):
+        raise ValueError(f"bandwidth must be positive, got {bandwidth}")
 
 
 def kernel_scores(u: torch.Tensor, kernel: str = "gaussian") -> torch.Tensor:
@@ -80,11 +103,10 @@ def attention_weights(
     and never divides by zero. For the compact kernels a query with no key inside its
     window gives all its weight to the nearest key.
     """
-    if not isinstance(bandwidth, torch.Tensor) and not bandwidth > 0:
-        raise ValueError(f"bandwidth must be positive, got {bandwidth}")
-    u = scaled_distances(queries, keys, bandwidth)
+    _check_bandwidth(bandwidth)
     if kernel == "gaussian":
-        return torch.softmax(-0.5 * u**2, dim=-1)
+        return torch.softmax(-0.5 * squared_distances(queries, keys) / bandwidth**2, dim=-1)
+    u = scaled_distances(queries, keys, bandwidth)
     scores = kernel_scores(u, kernel)
     totals = scores.sum(dim=-1, keepdim=True)
     nearest = torch.zeros_like(scores).scatter_(-1, u.argmin(dim=-1, keepdim=True), 1.0)
@@ -121,6 +143,7 @@ def leave_one_out_mse(
 ) -> float:
     """Mean squared error of predicting each ``y_i`` from all the other points."""
     _check_inputs(x, x, y)
+    _check_bandwidth(bandwidth)
     u = scaled_distances(x, x, bandwidth)
     u = u + torch.diag(torch.full((u.shape[0],), math.inf, dtype=u.dtype))
     if kernel == "gaussian":
@@ -138,7 +161,7 @@ def choose_bandwidth(
     if len(candidates) == 0:
         raise ValueError("candidates must hold at least one bandwidth")
     errors = [leave_one_out_mse(x, y, float(h), kernel) for h in candidates]
-    finite = [(e, float(h)) for e, h in zip(errors, candidates) if math.isfinite(e)]
+    finite = [(e, float(h)) for e, h in zip(errors, candidates, strict=True) if math.isfinite(e)]
     if not finite:
         raise ValueError("every candidate bandwidth left some point with no neighbour")
     return min(finite)[1]
@@ -177,8 +200,7 @@ class NWKernelRegression(nn.Module):
         would shrink to zero and every point would predict itself.
         """
         q, k = _check_inputs(queries, keys, values)
-        u = torch.cdist(q, k) / self.bandwidth
-        logits = -0.5 * u**2
+        logits = -0.5 * squared_distances(q, k) / self.bandwidth**2
         if exclude_self:
             if q.shape[0] != k.shape[0]:
                 raise ValueError(

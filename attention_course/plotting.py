@@ -143,11 +143,12 @@ def show_heatmaps(
         raise ValueError(f"titles has {len(titles)} entries for {rows * cols} panels")
     xl, yl = safe_labels(xlabels), safe_labels(ylabels)
     vmax = float(w.max()) if vmax is None else vmax
-    aspect = nq / max(nk, 1)
+    aspect = min(max(nq / max(nk, 1), 0.5), 1.5)
+    width = panel_size * cols + (0.8 if colorbar else 0.0)
     fig, axes = plt.subplots(
         rows,
         cols,
-        figsize=(panel_size * cols + (0.8 if colorbar else 0), panel_size * rows * min(max(aspect, 0.5), 1.5)),
+        figsize=(width, panel_size * rows * aspect),
         squeeze=False,
         sharex=True,
         sharey=True,

@@ -1,0 +1,45 @@
+"""Shared fixtures: the built book (built once per session) and the GPU marker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD_DIR = ROOT / "_build" / "html"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (none available here)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def built_book() -> Path:
+    """Build the book with ``-W --keep-going`` (warnings are errors) and return its HTML folder.
+
+    The build uses Jupyter Book's execution cache in ``_build/.jupyter_cache``, so a book
+    already built by ``make book`` only re-executes the notebooks that changed.
+    """
+    jupyter_book = Path(sys.executable).with_name("jupyter-book")
+    result = subprocess.run(
+        [str(jupyter_book), "build", str(ROOT), "-W", "--keep-going"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"},
+        timeout=3600,
+    )
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + "\n" + result.stderr).splitlines()[-80:])
+        pytest.fail(f"jupyter-book build -W failed (exit {result.returncode}):\n{tail}")
+    return BUILD_DIR
