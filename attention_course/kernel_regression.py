@@ -30,17 +30,25 @@ def _as_points(x: torch.Tensor, name: str) -> torch.Tensor:
     raise ValueError(f"{name} must have shape (N,) or (N, d), got {tuple(x.shape)}")
 
 
-def _check_inputs(
-    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
+def _as_query_key_points(
+    queries: torch.Tensor, keys: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queries ``(Nq, d)`` and keys ``(Nk, d)`` with the same feature size ``d``."""
     q, k = _as_points(queries, "queries"), _as_points(keys, "keys")
-    if not isinstance(values, torch.Tensor):
-        raise TypeError(f"values must be a torch.Tensor, got {type(values).__name__}")
     if q.shape[1] != k.shape[1]:
         raise ValueError(
             f"queries and keys must have the same feature size; got queries "
             f"{tuple(queries.shape)} and keys {tuple(keys.shape)}"
         )
+    return q, k
+
+
+def _check_inputs(
+    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    q, k = _as_query_key_points(queries, keys)
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"values must be a torch.Tensor, got {type(values).__name__}")
     if values.dim() not in (1, 2) or values.shape[0] != k.shape[0]:
         raise ValueError(
             f"values must have shape (Nk,) or (Nk, dv) with Nk = {k.shape[0]} keys; got "
@@ -55,12 +63,7 @@ def squared_distances(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor
     Computed from the differences, so it is exact: ``torch.cdist``'s fast path
     (``|q|^2 + |k|^2 - 2 q.k``) loses the small distances a narrow kernel depends on.
     """
-    q, k = _as_points(queries, "queries"), _as_points(keys, "keys")
-    if q.shape[1] != k.shape[1]:
-        raise ValueError(
-            f"queries and keys must have the same feature size; got queries "
-            f"{tuple(queries.shape)} and keys {tuple(keys.shape)}"
-        )
+    q, k = _as_query_key_points(queries, keys)
     return (q[:, None, :] - k[None, :, :]).pow(2).sum(dim=-1)
 
 
