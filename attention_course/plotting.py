@@ -50,11 +50,19 @@ def cjk_font_name() -> str | None:
     installed = {f.name for f in font_manager.fontManager.ttflist}
     for family in _CJK_FAMILIES:
         if family in installed:
-            sans = list(plt.rcParams["font.sans-serif"])
-            if family not in sans:
-                plt.rcParams["font.sans-serif"] = ["DejaVu Sans", family, *sans]
+            _add_fallback_font(family)
             return family
     return None
+
+
+def _add_fallback_font(family: str) -> None:
+    """Let matplotlib fall back to ``family`` for glyphs its default font lacks."""
+    families = list(plt.rcParams["font.family"])
+    if family not in families:
+        plt.rcParams["font.family"] = [*families, family]
+
+
+cjk_font_name()
 
 
 def has_cjk(text: str) -> bool:
@@ -148,8 +156,9 @@ def show_heatmaps(
     fig, axes = plt.subplots(
         rows,
         cols,
-        figsize=(width, panel_size * rows * aspect),
+        figsize=(width, panel_size * rows * aspect + 0.6),
         squeeze=False,
+        layout="constrained",
         sharex=True,
         sharey=True,
     )

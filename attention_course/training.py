@@ -59,18 +59,16 @@ def train(
     model.train()
     if optimizer is None:
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    try:
-        per_epoch = len(data() if callable(data) else data)  # type: ignore[arg-type]
-    except TypeError:
-        per_epoch = None
-    total = per_epoch * epochs if per_epoch is not None else None
-    if max_steps is not None:
-        total = min(total, max_steps) if total is not None else max_steps
     history: list[float] = []
-    bar = tqdm(total=total, desc=desc, disable=not progress, leave=True)
+    bar = tqdm(total=max_steps, desc=desc, disable=not progress, leave=True)
     try:
-        for _ in range(epochs):
-            for batch in data() if callable(data) else data:
+        for epoch in range(epochs):
+            batches = data() if callable(data) else data
+            if epoch == 0 and hasattr(batches, "__len__"):
+                per_run = len(batches) * epochs
+                bar.total = min(per_run, max_steps) if max_steps is not None else per_run
+                bar.refresh()
+            for batch in batches:
                 loss = loss_fn(model, to_device(batch, device))
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"loss became {loss.item()} at step {len(history)}")
@@ -83,7 +81,7 @@ def train(
                     scheduler.step()
                 history.append(loss.item())
                 bar.update(1)
-                if len(history) % 10 == 1 or len(history) == total:
+                if len(history) % 10 == 1 or len(history) == bar.total:
                     bar.set_postfix(loss=f"{_running_mean(history):.4f}")
                 if max_steps is not None and len(history) >= max_steps:
                     return history
