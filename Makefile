@@ -40,7 +40,7 @@ book: setup
 	@echo "The book is at: $(CURDIR)/_build/html/index.html"
 
 test: setup
-	$(BIN)/python -m pytest tests book exercises --nbval-lax --nbval-current-env \
+	$(BIN)/python -m pytest tests book --nbval-lax --nbval-current-env \
 		--nbval-cell-timeout=900 $(PYTEST_ARGS)
 
 lint: $(STAMP)
