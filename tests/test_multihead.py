@@ -1,0 +1,272 @@
+"""Tests for attention_course.multihead: equal to torch.nn.MultiheadAttention, two paths agree."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from attention_course.masking import causal_mask, padding_mask
+from attention_course.multihead import MultiHeadAttention, merge_heads, split_heads
+
+PROPERTY = settings(max_examples=30, deadline=None)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _pair(embed_dim: int, num_heads: int, kdim=None, vdim=None, bias=True, seed=0):
+    """Our module and torch's, with the same weights (torch's copied from ours)."""
+    torch.manual_seed(seed)
+    ours = MultiHeadAttention(embed_dim, num_heads, bias=bias, kdim=kdim, vdim=vdim)
+    ref = nn.MultiheadAttention(embed_dim, num_heads, bias=bias, kdim=kdim, vdim=vdim,
+                                batch_first=True)
+    with torch.no_grad():
+        if ref.in_proj_weight is not None:
+            ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight,
+                                                ours.v_proj.weight]))
+        else:
+            ref.q_proj_weight.copy_(ours.q_proj.weight)
+            ref.k_proj_weight.copy_(ours.k_proj.weight)
+            ref.v_proj_weight.copy_(ours.v_proj.weight)
+        if bias:
+            ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias,
+                                              ours.v_proj.bias]))
+            ref.out_proj.bias.copy_(ours.out_proj.bias)
+        ref.out_proj.weight.copy_(ours.out_proj.weight)
+    return ours, ref
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_self_attention_equals_torch(need_weights, bias):
+    ours, ref = _pair(32, 4, bias=bias)
+    x = torch.randn(3, 7, 32, generator=_gen(0))
+    out, weights = ours(x, x, x, need_weights=need_weights)
+    ref_out, ref_weights = ref(x, x, x, need_weights=True, average_attn_weights=False)
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+    if need_weights:
+        assert weights.shape == (3, 4, 7, 7)
+        torch.testing.assert_close(weights, ref_weights, rtol=1e-5, atol=1e-6)
+    else:
+        assert weights is None
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_padding_mask_equals_torch_key_padding_mask(need_weights):
+    ours, ref = _pair(24, 3)
+    x = torch.randn(3, 6, 24, generator=_gen(1))
+    real = padding_mask(torch.tensor([6, 2, 4]), 6)  # True on real tokens (our convention)
+    out, weights = ours(x, x, x, attn_mask=real[:, None, None, :], need_weights=need_weights)
+    # torch's key_padding_mask is True where a key is IGNORED: the opposite meaning.
+    ref_out, ref_weights = ref(x, x, x, key_padding_mask=~real, average_attn_weights=False)
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+    if need_weights:
+        torch.testing.assert_close(weights, ref_weights, rtol=1e-5, atol=1e-6)
+        assert torch.all(weights[1, :, :, 2:] == 0)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("as_mask", [False, True])
+def test_causal_equals_torch(need_weights, as_mask):
+    ours, ref = _pair(16, 2)
+    x = torch.randn(2, 5, 16, generator=_gen(2))
+    if as_mask:
+        out, weights = ours(x, x, x, attn_mask=causal_mask(5), need_weights=need_weights)
+    else:
+        out, weights = ours(x, x, x, is_causal=True, need_weights=need_weights)
+    # torch's bool attn_mask is True where attention is NOT allowed.
+    ref_out, ref_weights = ref(x, x, x, attn_mask=~causal_mask(5), average_attn_weights=False)
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+    if need_weights:
+        torch.testing.assert_close(weights, ref_weights, rtol=1e-5, atol=1e-6)
+        assert torch.all(weights.triu(1) == 0)
+
+
+def test_causal_and_padding_together_equal_torch():
+    ours, ref = _pair(16, 4)
+    x = torch.randn(2, 5, 16, generator=_gen(3))
+    real = padding_mask(torch.tensor([5, 3]), 5)
+    out, weights = ours(x, x, x, attn_mask=real[:, None, None, :], is_causal=True,
+                        need_weights=True)
+    fused, _ = ours(x, x, x, attn_mask=real[:, None, None, :], is_causal=True)
+    ref_out, _ = ref(x, x, x, attn_mask=~causal_mask(5), key_padding_mask=~real)
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused, ref_out, rtol=1e-5, atol=1e-5)
+    assert torch.all(weights.triu(1) == 0) and torch.all(weights[1, :, :, 3:] == 0)
+
+
+def test_float_mask_equals_torch():
+    ours, ref = _pair(16, 2)
+    x = torch.randn(2, 4, 16, generator=_gen(4))
+    bias = torch.randn(4, 4, generator=_gen(5))
+    for need in (False, True):
+        out, _ = ours(x, x, x, attn_mask=bias, need_weights=need)
+        torch.testing.assert_close(out, ref(x, x, x, attn_mask=bias)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_per_head_mask_broadcasts_over_batch():
+    ours, _ = _pair(16, 2)
+    x = torch.randn(3, 4, 16, generator=_gen(6))
+    per_head = torch.stack([causal_mask(4), torch.ones(4, 4, dtype=torch.bool)])[None]
+    _, weights = ours(x, x, x, attn_mask=per_head, need_weights=True)
+    assert torch.all(weights[:, 0].triu(1) == 0) and torch.all(weights[:, 1] > 0)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_cross_attention_with_other_dims_equals_torch(need_weights):
+    ours, ref = _pair(24, 4, kdim=10, vdim=7)
+    query = torch.randn(2, 3, 24, generator=_gen(7))
+    key = torch.randn(2, 5, 10, generator=_gen(8))
+    value = torch.randn(2, 5, 7, generator=_gen(9))
+    out, weights = ours(query, key, value, need_weights=need_weights)
+    ref_out, ref_weights = ref(query, key, value, average_attn_weights=False)
+    assert out.shape == (2, 3, 24)
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+    if need_weights:
+        assert weights.shape == (2, 4, 3, 5)
+        torch.testing.assert_close(weights, ref_weights, rtol=1e-5, atol=1e-6)
+
+
+def test_gradients_equal_torch():
+    ours, ref = _pair(16, 4)
+    x1 = torch.randn(2, 6, 16, generator=_gen(10), requires_grad=True)
+    x2 = x1.detach().clone().requires_grad_(True)
+    real = padding_mask(torch.tensor([6, 4]), 6)
+    ours(x1, x1, x1, attn_mask=real[:, None, None, :])[0].square().sum().backward()
+    ref(x2, x2, x2, key_padding_mask=~real, need_weights=False)[0].square().sum().backward()
+    torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-4, atol=1e-5)
+    q_grad = ref.in_proj_weight.grad[:16]
+    torch.testing.assert_close(ours.q_proj.weight.grad, q_grad, rtol=1e-4, atol=1e-5)
+
+
+@PROPERTY
+@given(batch=st.integers(1, 3), nq=st.integers(1, 6), nk=st.integers(1, 6),
+       heads=st.sampled_from([1, 2, 4]), head_dim=st.integers(1, 5), causal=st.booleans(),
+       masked=st.booleans(), self_attention=st.booleans(), seed=st.integers(0, 1000))
+def test_explicit_and_fused_paths_agree(batch, nq, nk, heads, head_dim, causal, masked,
+                                        self_attention, seed):
+    if self_attention:
+        nk = nq
+    embed = heads * head_dim
+    torch.manual_seed(seed)
+    module = MultiHeadAttention(embed, heads)
+    query = torch.randn(batch, nq, embed)
+    key = query if self_attention else torch.randn(batch, nk, embed)
+    mask = None
+    if masked:  # every query keeps key 0, so no row is fully masked
+        lens = torch.randint(1, nk + 1, (batch,))
+        mask = padding_mask(lens, nk)[:, None, None, :]
+    explicit, weights = module(query, key, key, attn_mask=mask, is_causal=causal,
+                               need_weights=True)
+    fused, _ = module(query, key, key, attn_mask=mask, is_causal=causal)
+    torch.testing.assert_close(explicit, fused, rtol=1e-5, atol=1e-5)
+    assert weights.shape == (batch, heads, nq, nk)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(batch, heads, nq))
+
+
+def test_unbatched_input():
+    module, _ = _pair(8, 2)
+    x = torch.randn(5, 8, generator=_gen(11))
+    out, weights = module(x, x, x, need_weights=True)
+    assert out.shape == (5, 8) and weights.shape == (2, 5, 5)
+    torch.testing.assert_close(out, module(x[None], x[None], x[None])[0][0])
+
+
+def test_split_and_merge_heads_are_inverse():
+    x = torch.randn(2, 5, 12, generator=_gen(12))
+    heads = split_heads(x, 3)
+    assert heads.shape == (2, 3, 5, 4)
+    torch.testing.assert_close(heads[:, 1], x[..., 4:8])  # head 1 holds features 4..7
+    torch.testing.assert_close(merge_heads(heads), x)
+
+
+def test_heads_are_independent_slices():
+    """Each head's output depends only on its own slice of the projected values."""
+    module, _ = _pair(8, 2)
+    x = torch.randn(1, 4, 8, generator=_gen(13))
+    with torch.no_grad():
+        module.out_proj.weight.copy_(torch.eye(8))
+        module.out_proj.bias.zero_()
+        _, weights = module(x, x, x, need_weights=True)
+        out, _ = module(x, x, x)
+        values = module.v_proj(x)
+    torch.testing.assert_close(out[..., :4], weights[:, 0] @ values[..., :4])
+    torch.testing.assert_close(out[..., 4:], weights[:, 1] @ values[..., 4:])
+
+
+def test_dropout_only_in_training():
+    module = MultiHeadAttention(8, 2, dropout=0.5)
+    x = torch.randn(2, 6, 8, generator=_gen(14))
+    module.eval()
+    a, b = module(x, x, x)[0], module(x, x, x)[0]
+    torch.testing.assert_close(a, b)
+    module.train()
+    torch.manual_seed(0)
+    c = module(x, x, x)[0]
+    assert not torch.allclose(a, c)
+
+
+def test_submodules_are_linear_layers():
+    module = MultiHeadAttention(12, 3, kdim=5, vdim=7, bias=False)
+    for name, shape in [("q_proj", (12, 12)), ("k_proj", (12, 5)), ("v_proj", (12, 7)),
+                        ("out_proj", (12, 12))]:
+        layer = getattr(module, name)
+        assert isinstance(layer, nn.Linear) and layer.weight.shape == shape and layer.bias is None
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_embed_dim_not_divisible_by_heads():
+    with pytest.raises(ValueError, match="embed_dim=10 is not divisible by num_heads=3"):
+        MultiHeadAttention(10, 3)
+
+
+@pytest.mark.parametrize("shapes, match", [
+    (((2, 4, 7), (2, 4, 8), (2, 4, 8)), "query's last dimension"),
+    (((2, 4, 8), (2, 4, 5), (2, 4, 8)), "kdim"),
+    (((2, 4, 8), (2, 4, 8), (2, 3, 8)), "same batch size and length"),
+    (((2, 4, 8), (3, 4, 8), (3, 4, 8)), "same batch size"),
+    (((2, 4, 8), (2, 4, 8), (4, 8)), r"\(B, N, dim\)"),
+])
+def test_mismatched_shapes_raise(shapes, match):
+    module = MultiHeadAttention(8, 2)
+    q, k, v = (torch.zeros(s) for s in shapes)
+    with pytest.raises(ValueError, match=match):
+        module(q, k, v)
+
+
+def test_bad_masks_raise():
+    module = MultiHeadAttention(8, 2)
+    x = torch.zeros(2, 4, 8)
+    with pytest.raises(ValueError, match="not broadcastable"):
+        module(x, x, x, attn_mask=torch.ones(3, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="not broadcastable"):
+        module(x, x, x, attn_mask=torch.ones(1, 1, 1, 4, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="bool"):
+        module(x, x, x, attn_mask=torch.ones(4, 4, dtype=torch.long))
+
+
+# ---------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cuda_low_precision_paths_agree(dtype):
+    torch.manual_seed(0)
+    module = MultiHeadAttention(64, 4).cuda().to(dtype)
+    x = torch.randn(2, 33, 64, device="cuda", dtype=dtype)
+    real = padding_mask(torch.tensor([33, 20]), 33).cuda()[:, None, None, :]
+    fused, _ = module(x, x, x, attn_mask=real, is_causal=True)
+    explicit, weights = module(x, x, x, attn_mask=real, is_causal=True, need_weights=True)
+    assert fused.dtype == dtype and weights.device.type == "cuda"
+    torch.testing.assert_close(fused.float(), explicit.float(), rtol=2e-2, atol=2e-2)
+    cpu = module.float().cpu()
+    torch.testing.assert_close(fused.float().cpu(),
+                               cpu(x.float().cpu(), x.float().cpu(), x.float().cpu(),
+                                   attn_mask=real.cpu(), is_causal=True)[0],
+                               rtol=5e-2, atol=5e-2)
