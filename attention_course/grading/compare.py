@@ -1,0 +1,172 @@
+"""Compare a learner's outputs with the reference's, in trusted code, with messages that teach.
+
+Everything here runs in the learner's kernel (``check``) or in the grader's parent
+process, never in the child that runs a submission.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+MAX_DEPTH = 8
+
+
+class NotPlainData(ValueError):
+    """An output holds something other than tensors, numbers, strings and containers."""
+
+
+def validate_plain(value: Any, path: str = "output", depth: int = 0) -> Any:
+    """Check that ``value`` is plain data and return it with plain ``torch.Tensor`` leaves.
+
+    Accepted: strided tensors, ``bool``/``int``/``float``/``str``/``None`` and lists,
+    tuples and dicts with string keys of those. Raises :class:`NotPlainData`.
+    """
+    if depth > MAX_DEPTH:
+        raise NotPlainData(f"{path} is nested more than {MAX_DEPTH} levels deep")
+    if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided or value.is_quantized or value.device.type != "cpu":
+            raise NotPlainData(f"{path} is not a plain dense CPU tensor")
+        return torch.Tensor(value.detach()) if type(value) is not torch.Tensor else value
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if type(value) in (list, tuple):
+        items = (validate_plain(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value))
+        return type(value)(items)
+    if type(value) is dict:
+        if not all(type(k) is str for k in value):
+            raise NotPlainData(f"{path} is a dict with non-string keys")
+        return {k: validate_plain(v, f"{path}[{k!r}]", depth + 1) for k, v in value.items()}
+    raise NotPlainData(f"{path} is a {type(value).__name__}, not a tensor or a number")
+
+
+def _shape(t: torch.Tensor) -> str:
+    return str(tuple(t.shape))
+
+
+def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
+    index = []
+    for size in reversed(shape):
+        index.append(flat % size)
+        flat //= size
+    return tuple(reversed(index))
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {_shape(value)}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of length {len(value)}"
+    return f"a {type(value).__name__}"
+
+
+def _compare_tensors(
+    expected: torch.Tensor, got: torch.Tensor, rtol: float, atol: float, path: str
+) -> str | None:
+    if got.shape != expected.shape:
+        message = f"{path}: expected shape {_shape(expected)}, got {_shape(got)}"
+        if sorted(got.shape) == sorted(expected.shape) and got.dim() > 1:
+            message += " (the same sizes in another order: are two axes swapped?)"
+        return message
+    if expected.is_floating_point() and not (got.is_floating_point() or got.dtype == torch.bool):
+        if got.is_complex() or not torch.equal(got.double(), expected.double()):
+            return f"{path}: expected a floating-point tensor, got dtype {got.dtype}"
+    if got.numel() == 0:
+        return None
+    e, g = expected.detach().double(), got.detach().double()
+    bad_g = ~torch.isfinite(g) & torch.isfinite(e)
+    if bad_g.any():
+        where = _index(int(bad_g.flatten().nonzero()[0]), g.shape)
+        return (
+            f"{path}: got {g[where].item()} at index {where}, where the answer is "
+            f"{e[where].item():.6g} (look for a division by zero or an overflow)"
+        )
+    close = torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
+    if bool(close.all()):
+        return None
+    diff = torch.where(close, torch.zeros_like(g), (g - e).abs().nan_to_num(math.inf))
+    where = _index(int(diff.flatten().argmax()), g.shape)
+    return (
+        f"{path}: values differ; at index {where} expected {e[where].item():.6g}, "
+        f"got {g[where].item():.6g} ({int((~close).sum())} of {g.numel()} entries differ)"
+    )
+
+
+def compare(
+    expected: Any, got: Any, rtol: float = 1e-4, atol: float = 1e-6, path: str = "output"
+) -> str | None:
+    """``None`` when ``got`` matches ``expected`` within tolerance, else what differs.
+
+    Tensors must have the same shape; values are compared in float64. A number may be
+    answered by a one-element tensor and the other way round.
+    """
+    if isinstance(expected, torch.Tensor):
+        if isinstance(got, numbers.Number) and expected.numel() == 1:
+            got = torch.tensor(got)
+            if expected.dim() != 0:
+                got = got.reshape(expected.shape)
+        if not isinstance(got, torch.Tensor):
+            return f"{path}: expected a tensor of shape {_shape(expected)}, got {_describe(got)}"
+        return _compare_tensors(expected, got, rtol, atol, path)
+    if isinstance(expected, bool) or isinstance(expected, str) or expected is None:
+        if isinstance(got, torch.Tensor) and got.numel() == 1 and isinstance(expected, bool):
+            got = bool(got.item())
+        return None if got == expected and type(got) is type(expected) else (
+            f"{path}: expected {expected!r}, got {got!r}"[:300]
+        )
+    if isinstance(expected, numbers.Number):
+        if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_complex():
+            got = got.item()
+        if not isinstance(got, numbers.Number) or isinstance(got, (bool, complex)):
+            return f"{path}: expected a number, got {_describe(got)}"
+        if isinstance(expected, int) and not isinstance(expected, bool):
+            ok = got == expected
+        else:
+            ok = math.isclose(float(got), float(expected), rel_tol=rtol, abs_tol=atol)
+        return None if ok else f"{path}: expected {expected:.6g}, got {got:.6g}"
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or len(got) != len(expected):
+            return f"{path}: expected {_describe(expected)}, got {_describe(got)}"
+        for i, (e, g) in enumerate(zip(expected, got, strict=True)):
+            message = compare(e, g, rtol, atol, f"{path}[{i}]")
+            if message:
+                return message
+        return None
+    if isinstance(expected, dict):
+        if not isinstance(got, dict) or set(got) != set(expected):
+            return f"{path}: expected a dict with keys {sorted(expected)}, got {_describe(got)}"
+        for key in expected:
+            message = compare(expected[key], got[key], rtol, atol, f"{path}[{key!r}]")
+            if message:
+                return message
+        return None
+    raise TypeError(f"the reference returned {type(expected).__name__}, which cannot be compared")
+
+
+def rows_sum_to_one(
+    pick: Callable[[Any], Any] = lambda out: out, what: str = "attention weights"
+) -> Callable[[Any, Any, Any], str | None]:
+    """A ``diagnose`` hook: report the first row of ``pick(got)`` that does not sum to 1.
+
+    ``pick`` selects the weights from the output (e.g. ``lambda out: out[1]``).
+    """
+
+    def diagnose(case: Any, expected: Any, got: Any) -> str | None:
+        weights = pick(got)
+        if not isinstance(weights, torch.Tensor) or weights.dim() < 1 or weights.numel() == 0:
+            return None
+        sums = weights.detach().double().sum(dim=-1).reshape(-1)
+        bad = (sums - 1).abs() > 1e-3
+        if not bool(bad.any()):
+            return None
+        row = int(bad.nonzero()[0])
+        return (
+            f"row {row} of the {what} sums to {sums[row].item():.3g}; each row is a softmax "
+            f"over the keys and must sum to 1"
+        )
+
+    return diagnose

@@ -1,0 +1,36 @@
+"""Find every exercise spec in ``attention_course.grading.exercises`` by itself."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+
+from attention_course.grading import exercises as _exercises_pkg
+from attention_course.grading.spec import Exercise
+
+
+@functools.cache
+def all_exercises() -> dict[str, Exercise]:
+    """Every registered exercise, by id, from the modules ``exercises/ex*.py``."""
+    found: dict[str, Exercise] = {}
+    for info in sorted(pkgutil.iter_modules(_exercises_pkg.__path__), key=lambda m: m.name):
+        if not info.name.startswith("ex"):
+            continue
+        module = importlib.import_module(f"{_exercises_pkg.__name__}.{info.name}")
+        exercise = getattr(module, "EXERCISE", None)
+        if not isinstance(exercise, Exercise):
+            raise TypeError(f"{module.__name__} must define EXERCISE = Exercise(...)")
+        if exercise.id in found:
+            raise ValueError(f"two spec modules define the exercise {exercise.id!r}")
+        found[exercise.id] = exercise
+    return found
+
+
+def get_exercise(exercise_id: str) -> Exercise:
+    """The exercise with this id (e.g. ``"01_attention_pooling"``)."""
+    exercises = all_exercises()
+    if exercise_id not in exercises:
+        known = ", ".join(sorted(exercises)) or "none"
+        raise KeyError(f"unknown exercise {exercise_id!r}; known exercises: {known}")
+    return exercises[exercise_id]

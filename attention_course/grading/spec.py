@@ -1,0 +1,143 @@
+"""What an exercise is: questions, the cases each is called on, and how to call it.
+
+An exercise spec module (one per exercise, in ``attention_course/grading/exercises/``)
+builds one :class:`Exercise` and names it ``EXERCISE``. The grader finds it by itself.
+Specs are imported only by trusted code: the learner's ``check(...)`` and the grader's
+parent process, never by the child process that runs a submission.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["function", "module"]
+Diagnose = Callable[["Case", Any, Any], "str | None"]
+
+_ID = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of the learner's code, on inputs the grader chooses.
+
+    Every value must be plain data: tensors, numbers, strings, booleans, ``None`` and
+    lists, tuples or dicts (string keys) of those; they travel to the child process.
+
+    For a ``"function"`` question the call is ``fn(*args, **kwargs)``. For a ``"module"``
+    question it is ``obj = Class(*init_args, **init_kwargs)``; then every tensor in
+    ``params`` is copied into the parameter or buffer of that dotted name
+    (``obj.get_parameter(name)``); then ``obj(*args, **kwargs)`` (or
+    ``getattr(obj, method)(...)`` when the question names another method).
+    ``label`` says in feedback which case failed ("3 queries, 5 keys, h = 0.5").
+    """
+
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    init_args: tuple = ()
+    init_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] = field(default_factory=dict)
+    label: str = ""
+
+    def to_plain(self) -> dict[str, Any]:
+        """The case as the dict sent to the child process."""
+        return {
+            "args": list(self.args),
+            "kwargs": dict(self.kwargs),
+            "init_args": list(self.init_args),
+            "init_kwargs": dict(self.init_kwargs),
+            "params": dict(self.params),
+        }
+
+
+@dataclass(frozen=True)
+class Question:
+    """One graded question: the learner defines ``symbol``; the grader calls it.
+
+    - ``id``: short and unique within the exercise, e.g. ``"q1_weights"`` (a gradebook column).
+    - ``symbol``: the name the learner's notebook must define (a function or a class).
+    - ``points``: awarded when every case matches the reference, else 0.
+    - ``reference``: the trusted implementation, called exactly like the learner's code
+      (the same ``kind``, ``method`` and cases); usually a function or class of the package.
+    - ``cases``: a zero-argument function returning the list of :class:`Case`; make it
+      deterministic (seed a ``torch.Generator``).
+    - ``kind``: ``"function"`` or ``"module"`` (a class to instantiate, see :class:`Case`).
+    - ``rtol``/``atol``: tolerance of the comparison (in float64) with the reference.
+    - ``hint``: one or two sentences shown when the answer is wrong.
+    - ``diagnose``: optional teaching checks ``diagnose(case, expected, got) -> str | None``
+      run when an output has the right shape but wrong values (see
+      :func:`attention_course.grading.compare.rows_sum_to_one`).
+    - ``time_limit``: seconds the grader allows for all cases of this question.
+    """
+
+    id: str
+    symbol: str
+    points: int
+    reference: Callable[..., Any]
+    cases: Callable[[], Sequence[Case]]
+    title: str = ""
+    kind: Kind = "function"
+    method: str = "forward"
+    rtol: float = 1e-4
+    atol: float = 1e-6
+    hint: str = ""
+    diagnose: Diagnose | None = None
+    time_limit: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not _ID.match(self.id):
+            raise ValueError(f"question id must match [A-Za-z0-9_]+, got {self.id!r}")
+        if not self.symbol.isidentifier():
+            raise ValueError(f"symbol must be a Python identifier, got {self.symbol!r}")
+        if self.kind not in ("function", "module"):
+            raise ValueError(f"kind must be 'function' or 'module', got {self.kind!r}")
+        if self.points <= 0:
+            raise ValueError(f"points must be positive, got {self.points}")
+
+    def call_spec(self) -> dict[str, Any]:
+        """What the child process needs to call the learner's code (no reference)."""
+        return {
+            "id": self.id,
+            "symbol": self.symbol,
+            "kind": self.kind,
+            "method": self.method,
+            "cases": [case.to_plain() for case in self.cases()],
+        }
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """A graded exercise notebook: its id (the notebook's name), title and questions.
+
+    ``forbidden_imports`` lists modules a submission may not import while it is graded
+    (the package module that holds the chapter's own solution, for example); the grader
+    blocks them in the child process. It is a nudge, not a wall (see ``book/grading.md``).
+    """
+
+    id: str
+    title: str
+    questions: tuple[Question, ...]
+    forbidden_imports: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^[0-9]{2}_[a-z0-9_]+$", self.id):
+            raise ValueError(f"exercise id must look like '01_attention_pooling', got {self.id!r}")
+        ids = [q.id for q in self.questions]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"question ids must be unique in {self.id}, got {ids}")
+        if not self.questions:
+            raise ValueError(f"exercise {self.id} has no questions")
+
+    @property
+    def max_score(self) -> int:
+        return sum(q.points for q in self.questions)
+
+    def question(self, key: str) -> Question:
+        """The question with this id or symbol."""
+        for q in self.questions:
+            if key in (q.id, q.symbol):
+                return q
+        known = ", ".join(f"{q.id} ({q.symbol})" for q in self.questions)
+        raise KeyError(f"{self.id} has no question {key!r}; its questions are {known}")
