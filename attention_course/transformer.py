@@ -1,0 +1,310 @@
+"""The Transformer (Vaswani et al., 2017), block by block, batch-first.
+
+In the order the paper describes them: the sinusoidal positional encoding, the residual
+connection with layer normalisation ("add & norm"), the position-wise feed-forward
+network, the encoder and decoder layers and their stacks, and the whole encoder-decoder
+model with scaled token embeddings, an output layer tied to the target embedding,
+training on targets shifted right, and greedy decoding.
+
+Add & norm is **post-norm** as in the paper (``LayerNorm(x + Sublayer(x))``) unless
+``norm_first=True`` asks for pre-norm (``x + Sublayer(LayerNorm(x))``), the variant
+most large models use today. Masks follow the course's convention: a boolean mask is
+``True`` where attention is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attention_course.multihead import MultiHeadAttention
+
+Weights = list[Tensor]
+
+
+def sinusoidal_positional_encoding(num_positions: int, d_model: int,
+                                   base: float = 10000.0) -> Tensor:
+    """The table ``PE (num_positions, d_model)`` of sines and cosines.
+
+    ``PE[p, 2i] = sin(p / base^(2i / d_model))`` and
+    ``PE[p, 2i + 1] = cos(p / base^(2i / d_model))``; the paper's ``base`` is 10000.
+    Computed in float64, returned as float32.
+    """
+    if num_positions < 0 or d_model <= 0:
+        raise ValueError(f"need num_positions >= 0 and d_model > 0, got "
+                         f"num_positions={num_positions}, d_model={d_model}")
+    position = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angle = position / base ** (two_i / d_model)  # (num_positions, ceil(d_model / 2))
+    pe = torch.zeros(num_positions, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return pe.float()
+
+
+class PositionalEncoding(nn.Module):
+    """Add the sinusoidal table to a batch-first input ``(B, N, d_model)``, then dropout."""
+
+    def __init__(self, d_model: int, max_len: int, dropout: float = 0.0,
+                 base: float = 10000.0) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model, base),
+                             persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() != 3 or x.size(-1) != self.pe.size(1) or x.size(1) > self.pe.size(0):
+            raise ValueError(f"x must be (B, N, d_model={self.pe.size(1)}) with N <= max_len="
+                             f"{self.pe.size(0)}; got shape {tuple(x.shape)}")
+        return self.dropout(x + self.pe[: x.size(1)].to(x.dtype))
+
+
+class PositionWiseFFN(nn.Module):
+    """``FFN(x) = W2 ReLU(W1 x + b1) + b2``, the same two layers applied at every position."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(F.relu(self.linear1(x))))
+
+
+class AddNorm(nn.Module):
+    """Residual connection and layer normalisation around one sub-layer.
+
+    Post-norm (the paper): ``out = LayerNorm(x + Dropout(Sublayer(x)))``.
+    Pre-norm (``norm_first=True``): ``out = x + Dropout(Sublayer(LayerNorm(x)))``.
+    Use it in two steps: ``y = sublayer(add_norm.sublayer_input(x))``, then
+    ``out = add_norm(x, y)``.
+    """
+
+    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def sublayer_input(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.norm_first else x
+
+    def forward(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer_output)
+        return self.norm(x + self.dropout(sublayer_output))
+
+
+class EncoderLayer(nn.Module):
+    """Multi-head self-attention, add & norm, feed-forward network, add & norm."""
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
+                 norm_first: bool = False) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.add_norm1 = AddNorm(d_model, dropout, norm_first)
+        self.ffn = PositionWiseFFN(d_model, d_ff, dropout)
+        self.add_norm2 = AddNorm(d_model, dropout, norm_first)
+
+    def forward(self, x: Tensor, src_mask: Tensor | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """``x (B, S, d_model)``, ``src_mask`` broadcastable to ``(B, heads, S, S)``.
+
+        Returns the new ``x`` and the self-attention weights ``(B, heads, S, S)`` (or None).
+        """
+        h = self.add_norm1.sublayer_input(x)
+        attended, weights = self.self_attn(h, h, h, attn_mask=src_mask, need_weights=need_weights)
+        x = self.add_norm1(x, attended)
+        x = self.add_norm2(x, self.ffn(self.add_norm2.sublayer_input(x)))
+        return x, weights
+
+
+class DecoderLayer(nn.Module):
+    """Masked (causal) self-attention, cross-attention to the encoder's output, FFN;
+    each followed by add & norm."""
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
+                 norm_first: bool = False) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.add_norm1 = AddNorm(d_model, dropout, norm_first)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.add_norm2 = AddNorm(d_model, dropout, norm_first)
+        self.ffn = PositionWiseFFN(d_model, d_ff, dropout)
+        self.add_norm3 = AddNorm(d_model, dropout, norm_first)
+
+    def forward(self, y: Tensor, memory: Tensor, memory_mask: Tensor | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """``y (B, T, d_model)`` the target so far, ``memory (B, S, d_model)`` the encoder's
+        output, ``memory_mask`` broadcastable to ``(B, heads, T, S)`` (e.g. source padding).
+
+        Position ``t`` of ``y`` sees only positions ``<= t`` of ``y`` and every allowed
+        position of ``memory``. Returns the new ``y``, the self-attention weights
+        ``(B, heads, T, T)`` and the cross-attention weights ``(B, heads, T, S)`` (or Nones).
+        """
+        h = self.add_norm1.sublayer_input(y)
+        attended, self_weights = self.self_attn(h, h, h, is_causal=True, need_weights=need_weights)
+        y = self.add_norm1(y, attended)
+        h = self.add_norm2.sublayer_input(y)
+        attended, cross_weights = self.cross_attn(h, memory, memory, attn_mask=memory_mask,
+                                                  need_weights=need_weights)
+        y = self.add_norm2(y, attended)
+        y = self.add_norm3(y, self.ffn(self.add_norm3.sublayer_input(y)))
+        return y, self_weights, cross_weights
+
+
+class Encoder(nn.Module):
+    """A stack of ``num_layers`` encoder layers (plus a final LayerNorm when pre-norm)."""
+
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
+                 dropout: float = 0.0, norm_first: bool = False) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first)
+                                    for _ in range(num_layers))
+        self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x: Tensor, src_mask: Tensor | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Weights]:
+        """``x (B, S, d_model)`` -> ``(memory (B, S, d_model), [weights per layer])``."""
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, src_mask, need_weights)
+            weights.append(w)
+        return self.final_norm(x), weights
+
+
+class Decoder(nn.Module):
+    """A stack of ``num_layers`` decoder layers (plus a final LayerNorm when pre-norm)."""
+
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
+                 dropout: float = 0.0, norm_first: bool = False) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first)
+                                    for _ in range(num_layers))
+        self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, y: Tensor, memory: Tensor, memory_mask: Tensor | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Weights, Weights]:
+        """``y (B, T, d_model)`` -> ``(y, [self weights per layer], [cross weights per layer])``."""
+        self_weights, cross_weights = [], []
+        for layer in self.layers:
+            y, w_self, w_cross = layer(y, memory, memory_mask, need_weights)
+            self_weights.append(w_self)
+            cross_weights.append(w_cross)
+        return self.final_norm(y), self_weights, cross_weights
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer for sequence-to-sequence tasks such as translation.
+
+    Token ids equal to ``pad_id`` are padding: no query attends to a padded source token.
+    The decoder is causal, so with right-padded targets no real position sees padding
+    either. Embeddings are multiplied by ``sqrt(d_model)`` before the positional encoding
+    is added, and the output layer reuses the target embedding matrix (weight tying).
+    ``num_decoder_layers`` defaults to ``num_layers``.
+    """
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int, num_heads: int,
+                 num_layers: int, d_ff: int, dropout: float = 0.0, pad_id: int = 0,
+                 max_len: int = 256, norm_first: bool = False,
+                 num_decoder_layers: int | None = None) -> None:
+        super().__init__()
+        self.d_model, self.pad_id, self.max_len = d_model, pad_id, max_len
+        self.src_embedding = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, d_model)
+        self.positional_encoding = PositionalEncoding(d_model, max_len, dropout)
+        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.decoder = Decoder(num_layers if num_decoder_layers is None else num_decoder_layers,
+                               d_model, num_heads, d_ff, dropout, norm_first)
+        self.output = nn.Linear(d_model, tgt_vocab_size)
+        self.output.weight = self.tgt_embedding.weight  # tied: one matrix, used both ways
+        for embedding in (self.src_embedding, self.tgt_embedding):
+            nn.init.normal_(embedding.weight, std=d_model**-0.5)  # unit variance once scaled
+        nn.init.zeros_(self.output.bias)
+
+    def embed(self, ids: Tensor, embedding: nn.Embedding) -> Tensor:
+        """Token ids ``(B, N)`` -> ``(B, N, d_model)``: look up, scale by sqrt(d_model), add PE."""
+        return self.positional_encoding(embedding(ids) * math.sqrt(self.d_model))
+
+    def source_mask(self, src_ids: Tensor) -> Tensor:
+        """Bool ``(B, 1, 1, S)``, True on real (non-padding) source tokens."""
+        return (src_ids != self.pad_id)[:, None, None, :]
+
+    def encode(self, src_ids: Tensor, need_weights: bool = False) -> tuple[Tensor, Weights]:
+        """``src_ids (B, S)`` -> ``(memory (B, S, d_model), [encoder self-attention weights])``."""
+        self._check_ids(src_ids, "src_ids")
+        return self.encoder(self.embed(src_ids, self.src_embedding), self.source_mask(src_ids),
+                            need_weights)
+
+    def decode(self, tgt_ids: Tensor, memory: Tensor, src_ids: Tensor,
+               need_weights: bool = False) -> tuple[Tensor, Weights, Weights]:
+        """Logits ``(B, T, tgt_vocab_size)`` for decoder input ``tgt_ids (B, T)``, and the
+        decoder's self- and cross-attention weights per layer."""
+        self._check_ids(tgt_ids, "tgt_ids")
+        y, self_weights, cross_weights = self.decoder(
+            self.embed(tgt_ids, self.tgt_embedding), memory, self.source_mask(src_ids),
+            need_weights)
+        return self.output(y), self_weights, cross_weights
+
+    def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
+        """``src_ids (B, S)``, ``tgt_ids (B, T)`` (the target shifted right) -> logits
+        ``(B, T, tgt_vocab_size)``; position ``t`` predicts target token ``t + 1``."""
+        if src_ids.dim() == 2 and tgt_ids.dim() == 2 and src_ids.size(0) != tgt_ids.size(0):
+            raise ValueError(f"src_ids {tuple(src_ids.shape)} and tgt_ids {tuple(tgt_ids.shape)} "
+                             f"must have the same batch size")
+        memory, _ = self.encode(src_ids)
+        return self.decode(tgt_ids, memory, src_ids)[0]
+
+    def attention_weights(self, src_ids: Tensor, tgt_ids: Tensor) -> dict[str, Tensor]:
+        """Every attention map, each ``(num_layers, B, heads, Nq, Nk)``: keys
+        ``"encoder_self"``, ``"decoder_self"`` and ``"cross"``."""
+        memory, enc = self.encode(src_ids, need_weights=True)
+        _, dec_self, cross = self.decode(tgt_ids, memory, src_ids, need_weights=True)
+        return {"encoder_self": torch.stack(enc), "decoder_self": torch.stack(dec_self),
+                "cross": torch.stack(cross)}
+
+    @torch.no_grad()
+    def greedy_decode(self, src_ids: Tensor, bos_id: int, eos_id: int,
+                      max_len: int | None = None) -> Tensor:
+        """Translate by taking the most likely next token, one step at a time.
+
+        Returns ``(B, L)`` ids without ``<bos>``: each row ends with ``eos_id`` (unless
+        ``max_len`` steps ran out) followed by ``pad_id``. The encoder runs once; every
+        step feeds the decoder all tokens produced so far.
+        """
+        max_len = self.max_len - 1 if max_len is None else min(max_len, self.max_len - 1)
+        memory, _ = self.encode(src_ids)
+        ys = torch.full((src_ids.size(0), 1), bos_id, dtype=torch.long, device=src_ids.device)
+        done = torch.zeros(src_ids.size(0), dtype=torch.bool, device=src_ids.device)
+        for _ in range(max_len):
+            logits = self.decode(ys, memory, src_ids)[0][:, -1]
+            next_ids = logits.argmax(-1).masked_fill(done, self.pad_id)
+            ys = torch.cat([ys, next_ids[:, None]], dim=1)
+            done |= next_ids == eos_id
+            if done.all():
+                break
+        return ys[:, 1:]
+
+    def _check_ids(self, ids: Tensor, name: str) -> None:
+        if ids.dim() != 2 or ids.dtype not in (torch.long, torch.int32, torch.int64):
+            raise ValueError(f"{name} must be integer token ids (B, N); got shape "
+                             f"{tuple(ids.shape)}, dtype {ids.dtype}")
+        if ids.size(1) > self.max_len:
+            raise ValueError(f"{name} has length {ids.size(1)} > max_len={self.max_len}")
+
+
+def translation_loss(model: Transformer, batch) -> Tensor:
+    """Cross-entropy of the next-token predictions, padding ignored.
+
+    ``batch`` holds ``src (B, S)``, ``tgt_in (B, T)`` (``<bos>`` + target: the target
+    shifted right) and ``tgt_out (B, T)`` (target + ``<eos>``), as made by
+    :mod:`attention_course.data.translation`. The decoder reads ``tgt_in`` and predicts
+    ``tgt_out`` at every position at once; the causal mask keeps it from peeking.
+    """
+    logits = model(batch.src, batch.tgt_in)
+    return F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(),
+                           ignore_index=model.pad_id)

@@ -1,0 +1,304 @@
+"""Tests for attention_course.transformer: PE, layers equal to PyTorch's, masks, decoding."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from attention_course.masking import padding_mask
+from attention_course.multihead import MultiHeadAttention
+from attention_course.transformer import (
+    AddNorm,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    PositionalEncoding,
+    PositionWiseFFN,
+    Transformer,
+    sinusoidal_positional_encoding,
+    translation_loss,
+)
+
+PROPERTY = settings(max_examples=20, deadline=None)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _copy_attention(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight,
+                                            ours.v_proj.weight]))
+        ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+        ref.out_proj.load_state_dict(ours.out_proj.state_dict())
+
+
+def _copy_ffn_and_norms(ffn: PositionWiseFFN, add_norms: list[AddNorm], ref: nn.Module) -> None:
+    ref.linear1.load_state_dict(ffn.linear1.state_dict())
+    ref.linear2.load_state_dict(ffn.linear2.state_dict())
+    for i, add_norm in enumerate(add_norms, start=1):
+        getattr(ref, f"norm{i}").load_state_dict(add_norm.norm.state_dict())
+
+
+def _randomise_norms(module: nn.Module) -> None:
+    """LayerNorms start as the identity map; give them weights that a mix-up would reveal."""
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+
+
+def _model(seed: int = 0, **kw) -> Transformer:
+    torch.manual_seed(seed)
+    args = dict(src_vocab_size=11, tgt_vocab_size=13, d_model=16, num_heads=2, num_layers=2,
+                d_ff=32, max_len=24)
+    return Transformer(**{**args, **kw}).eval()
+
+
+# ---------------------------------------------------------------- positional encoding
+
+
+def test_positional_encoding_matches_formula():
+    pe = sinusoidal_positional_encoding(50, 16)
+    assert pe.shape == (50, 16) and pe.dtype == torch.float32
+    for p in (0, 1, 7, 49):
+        for i in range(8):
+            angle = p / 10000 ** (2 * i / 16)
+            assert pe[p, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert pe[p, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_positional_encoding_base_and_odd_width():
+    pe = sinusoidal_positional_encoding(10, 5, base=1000.0)
+    assert pe.shape == (10, 5)
+    assert pe[3, 2].item() == pytest.approx(math.sin(3 / 1000 ** (2 / 5)), abs=1e-6)
+    assert pe[3, 3].item() == pytest.approx(math.cos(3 / 1000 ** (2 / 5)), abs=1e-6)
+    assert pe[3, 4].item() == pytest.approx(math.sin(3 / 1000 ** (4 / 5)), abs=1e-6)
+
+
+def test_positional_encoding_module_adds_along_positions_of_batch_first_input():
+    module = PositionalEncoding(8, max_len=20)
+    x = torch.randn(3, 6, 8, generator=_gen(0))
+    added = module(x) - x
+    table = sinusoidal_positional_encoding(6, 8)
+    for b in range(3):  # the same table for every sequence of the batch ...
+        torch.testing.assert_close(added[b], table)
+    for p in range(1, 6):  # ... and a different vector at every position
+        assert not torch.allclose(added[:, p], added[:, 0])
+    assert not any(n == "pe" for n, _ in module.named_parameters())  # a fixed buffer
+
+
+def test_positional_encoding_rejects_bad_input():
+    module = PositionalEncoding(8, max_len=5)
+    with pytest.raises(ValueError, match="max_len=5"):
+        module(torch.zeros(1, 6, 8))
+    with pytest.raises(ValueError, match="d_model=8"):
+        module(torch.zeros(1, 4, 7))
+    with pytest.raises(ValueError, match="d_model"):
+        sinusoidal_positional_encoding(4, 0)
+
+
+# ---------------------------------------------------------------- layers vs PyTorch
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_equals_torch(norm_first):
+    torch.manual_seed(0)
+    ours = EncoderLayer(16, 4, 32, norm_first=norm_first)
+    _randomise_norms(ours)
+    ref = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                     norm_first=norm_first)
+    _copy_attention(ours.self_attn, ref.self_attn)
+    _copy_ffn_and_norms(ours.ffn, [ours.add_norm1, ours.add_norm2], ref)
+    x = torch.randn(3, 7, 16, generator=_gen(1))
+    real = padding_mask(torch.tensor([7, 3, 5]), 7)
+    out, weights = ours(x, real[:, None, None, :], need_weights=True)
+    expected = ref(x, src_key_padding_mask=~real)  # torch: True = padding (ignored)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours(x, real[:, None, None, :])[0], expected, rtol=1e-5,
+                               atol=1e-5)
+    assert weights.shape == (3, 4, 7, 7) and torch.all(weights[1, :, :, 3:] == 0)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_layer_equals_torch(norm_first):
+    torch.manual_seed(1)
+    ours = DecoderLayer(16, 2, 24, norm_first=norm_first)
+    _randomise_norms(ours)
+    ref = nn.TransformerDecoderLayer(16, 2, 24, dropout=0.0, batch_first=True,
+                                     norm_first=norm_first)
+    _copy_attention(ours.self_attn, ref.self_attn)
+    _copy_attention(ours.cross_attn, ref.multihead_attn)
+    _copy_ffn_and_norms(ours.ffn, [ours.add_norm1, ours.add_norm2, ours.add_norm3], ref)
+    y = torch.randn(2, 5, 16, generator=_gen(2))
+    memory = torch.randn(2, 6, 16, generator=_gen(3))
+    real = padding_mask(torch.tensor([6, 2]), 6)
+    out, self_w, cross_w = ours(y, memory, real[:, None, None, :], need_weights=True)
+    causal_blocked = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    expected = ref(y, memory, tgt_mask=causal_blocked, memory_key_padding_mask=~real)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert torch.all(self_w.triu(1) == 0) and torch.all(cross_w[1, :, :, 2:] == 0)
+
+
+# ---------------------------------------------------------------- properties
+
+
+@PROPERTY
+@given(seed=st.integers(0, 10_000), length=st.integers(2, 8), norm_first=st.booleans())
+def test_encoder_without_positions_is_permutation_equivariant(seed, length, norm_first):
+    torch.manual_seed(seed)
+    encoder = Encoder(2, 8, 2, 16, norm_first=norm_first).eval()
+    x = torch.randn(2, length, 8)
+    perm = torch.randperm(length)
+    out, _ = encoder(x)
+    out_perm, _ = encoder(x[:, perm])
+    torch.testing.assert_close(out_perm, out[:, perm], rtol=1e-5, atol=1e-5)
+
+
+def test_positional_encoding_breaks_the_symmetry():
+    """Same words, different order: without PE the per-word outputs are merely permuted."""
+    model = _model(1)
+    src = torch.tensor([[4, 5, 6, 7]])
+    swapped = torch.tensor([[6, 5, 4, 7]])
+    memory, _ = model.encode(src)
+    memory_swapped, _ = model.encode(swapped)
+    assert not torch.allclose(memory_swapped[:, [2, 1, 0, 3]], memory, atol=1e-3)
+
+
+@PROPERTY
+@given(seed=st.integers(0, 10_000), t=st.integers(0, 5), norm_first=st.booleans())
+def test_decoder_is_causal(seed, t, norm_first):
+    model = _model(seed, norm_first=norm_first)
+    g = _gen(seed)
+    src = torch.randint(1, 11, (2, 5), generator=g)
+    tgt = torch.randint(1, 13, (2, 6), generator=g)
+    changed = tgt.clone()
+    changed[:, t:] = torch.randint(1, 13, (2, 6 - t), generator=g)
+    logits, logits_changed = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(logits[:, :t], logits_changed[:, :t], rtol=1e-5, atol=1e-5)
+
+
+@PROPERTY
+@given(seed=st.integers(0, 10_000), extra=st.integers(1, 4), norm_first=st.booleans())
+def test_padding_in_the_source_changes_nothing(seed, extra, norm_first):
+    model = _model(seed, norm_first=norm_first)
+    g = _gen(seed)
+    src = torch.randint(1, 11, (1, 5), generator=g)
+    tgt = torch.randint(1, 13, (1, 4), generator=g)
+    padded = torch.cat([src, torch.zeros(1, extra, dtype=torch.long)], dim=1)
+    alone = model(src, tgt)
+    torch.testing.assert_close(model(padded, tgt), alone, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # whatever vector the padding token carries
+        model.src_embedding.weight[0].normal_(generator=g)
+    torch.testing.assert_close(model(padded, tgt), alone, rtol=1e-5, atol=1e-5)
+    # in a batch with a longer sentence, the short one's padded row gives the same logits
+    other = torch.randint(1, 11, (1, 5 + extra), generator=g)
+    batch = model(torch.cat([padded, other]), torch.cat([tgt, tgt]))
+    torch.testing.assert_close(batch[:1], alone, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- the model
+
+
+def test_forward_shapes_tying_and_scaling():
+    model = _model()
+    logits = model(torch.randint(1, 11, (3, 5)), torch.randint(1, 13, (3, 4)))
+    assert logits.shape == (3, 4, 13)
+    assert model.output.weight is model.tgt_embedding.weight
+    ids = torch.tensor([[1, 2, 3]])
+    expected = model.tgt_embedding(ids) * 4.0 + sinusoidal_positional_encoding(3, 16)
+    torch.testing.assert_close(model.embed(ids, model.tgt_embedding), expected)
+    assert isinstance(_model(norm_first=True).encoder.final_norm, nn.LayerNorm)
+    assert isinstance(model.encoder.final_norm, nn.Identity)
+
+
+def test_attention_weights_shapes():
+    model = _model(num_layers=3)
+    src = torch.tensor([[4, 5, 6, 0, 0], [4, 5, 6, 7, 8]])
+    weights = model.attention_weights(src, torch.randint(1, 13, (2, 4)))
+    assert weights["encoder_self"].shape == (3, 2, 2, 5, 5)
+    assert weights["decoder_self"].shape == (3, 2, 2, 4, 4)
+    assert weights["cross"].shape == (3, 2, 2, 4, 5)
+    assert torch.all(weights["cross"][:, 0, :, :, 3:] == 0)
+    assert torch.all(weights["decoder_self"].triu(1) == 0)
+
+
+def test_greedy_decode_matches_teacher_forced_argmax():
+    model = _model(3)
+    src = torch.tensor([[4, 5, 6, 2, 0], [7, 8, 9, 10, 2]])
+    out = model.greedy_decode(src, bos_id=1, eos_id=2, max_len=8)
+    assert out.shape[0] == 2 and out.shape[1] <= 8
+    tgt_in = torch.cat([torch.ones(2, 1, dtype=torch.long), out[:, :-1]], dim=1)
+    predicted = model(src, tgt_in).argmax(-1)
+    for row, pred in zip(out, predicted, strict=True):
+        n = int((row == 2).nonzero()[0]) + 1 if (row == 2).any() else len(row)
+        assert torch.equal(row[:n], pred[:n])
+        assert torch.all(row[n:] == 0)
+
+
+def test_training_learns_a_tiny_copy_task():
+    torch.manual_seed(0)
+    model = Transformer(8, 8, 32, 2, 1, 64, max_len=10)
+    src = torch.tensor([[4, 5, 6, 2], [7, 6, 5, 2], [5, 7, 4, 2], [6, 4, 7, 2]])
+
+    class Batch:
+        pass
+
+    batch = Batch()
+    batch.src, batch.tgt_in = src, torch.cat([torch.ones(4, 1, dtype=torch.long), src[:, :-1]], 1)
+    batch.tgt_out = src
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(150):
+        optimizer.zero_grad()
+        translation_loss(model, batch).backward()
+        optimizer.step()
+    model.eval()
+    assert torch.equal(model.greedy_decode(src, 1, 2, max_len=6)[:, :4], src)
+
+
+def test_loss_ignores_padding():
+    model = _model()
+
+    class Batch:
+        src = torch.tensor([[4, 5, 2]])
+        tgt_in = torch.tensor([[1, 6, 7]])
+        tgt_out = torch.tensor([[6, 7, 2]])
+
+    padded = Batch()
+    padded.src, padded.tgt_in = Batch.src, torch.tensor([[1, 6, 7, 0, 0]])
+    padded.tgt_out = torch.tensor([[6, 7, 2, 0, 0]])
+    torch.testing.assert_close(translation_loss(model, padded), translation_loss(model, Batch))
+
+
+def test_bad_inputs_raise():
+    with pytest.raises(ValueError, match="not divisible"):
+        _model(d_model=10, num_heads=3)
+    model = _model()
+    with pytest.raises(ValueError, match="same batch size"):
+        model(torch.ones(2, 3, dtype=torch.long), torch.ones(3, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="integer token ids"):
+        model(torch.ones(2, 3), torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="src_ids"):
+        model(torch.ones(3, dtype=torch.long), torch.ones(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="max_len=24"):
+        model(torch.ones(1, 30, dtype=torch.long), torch.ones(1, 3, dtype=torch.long))
+
+
+@pytest.mark.gpu
+def test_transformer_on_cuda_matches_cpu():
+    model = _model(5)
+    src, tgt = torch.randint(1, 11, (2, 6)), torch.randint(1, 13, (2, 5))
+    expected = model(src, tgt)
+    model.cuda()
+    logits = model(src.cuda(), tgt.cuda())
+    torch.testing.assert_close(logits.cpu(), expected, rtol=1e-3, atol=1e-3)
+    out = model.greedy_decode(src.cuda(), 1, 2, max_len=5)
+    assert out.device.type == "cuda"
