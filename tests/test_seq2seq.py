@@ -1,0 +1,260 @@
+"""Chapter 4's encoder-decoder models, greedy decoding, BLEU and exact match."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attention_course import seq2seq as s2s
+from attention_course.data.translation import make_translation_corpus
+from attention_course.training import train
+
+SRC_V, TGT_V, E, H = 11, 13, 8, 12
+
+
+def _model(attention: bool, seed: int = 0, num_layers: int = 1) -> s2s.Seq2Seq:
+    torch.manual_seed(seed)
+    return s2s.make_seq2seq(
+        SRC_V, TGT_V, attention=attention, embed_dim=E, hidden_dim=H, num_layers=num_layers
+    ).eval()
+
+
+def _batch(lens: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, SRC_V, (len(lens), max(lens)), generator=g)
+    for i, n in enumerate(lens):
+        src[i, n:] = 0
+    return src, torch.tensor(lens)
+
+
+# --- the encoder ----------------------------------------------------------------------------
+
+
+def test_encoder_skips_padding():
+    model = _model(attention=True)
+    src, lens = _batch([5, 2, 7])
+    outputs, state = model.encoder(src, lens)
+    assert outputs.shape == (3, 7, H) and state.shape == (1, 3, H)
+    for i, n in enumerate(lens.tolist()):
+        assert (outputs[i, n:] == 0).all()
+        torch.testing.assert_close(state[0, i], outputs[i, n - 1])
+        alone, alone_state = model.encoder(src[i : i + 1, :n], lens[i : i + 1])
+        torch.testing.assert_close(alone[0], outputs[i, :n])
+        torch.testing.assert_close(alone_state[0, 0], state[0, i])
+
+
+def test_bad_source_raises():
+    model = _model(attention=True)
+    src, lens = _batch([3, 4])
+    with pytest.raises(ValueError, match=r"src must have shape \(B, S\)"):
+        model.encoder(src[0], lens)
+    with pytest.raises(ValueError, match="src_valid_lens must have shape"):
+        model.encoder(src, lens[:1])
+    with pytest.raises(ValueError, match=r"lie in \[1, S=4\]"):
+        model.encoder(src, torch.tensor([0, 4]))
+    with pytest.raises(ValueError, match=r"lie in \[1, S=4\]"):
+        model.encoder(src, torch.tensor([5, 4]))
+    with pytest.raises(ValueError, match="tgt_in must have shape"):
+        model(src, lens, torch.ones(3, 2, dtype=torch.long))
+
+
+# --- the decoders ---------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lens=st.lists(st.integers(1, 9), min_size=1, max_size=5),
+    tgt_len=st.integers(1, 6),
+    layers=st.integers(1, 2),
+)
+def test_attention_weights_mask_padding_and_sum_to_one(lens, tgt_len, layers):
+    model = _model(attention=True, num_layers=layers)
+    src, valid = _batch(lens)
+    tgt_in = torch.randint(0, TGT_V, (len(lens), tgt_len))
+    logits, weights = model(src, valid, tgt_in)
+    assert logits.shape == (len(lens), tgt_len, TGT_V)
+    assert weights.shape == (len(lens), tgt_len, max(lens))
+    for i, n in enumerate(lens):
+        assert (weights[i, :, n:] == 0).all(), "a padded source position got weight"
+        assert (weights[i, :, :n] > 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(len(lens), tgt_len))
+
+
+@pytest.mark.parametrize("attention", [True, False])
+def test_padding_does_not_change_a_translation(attention):
+    model = _model(attention)
+    src, lens = _batch([4, 9])
+    tgt_in = torch.randint(0, TGT_V, (2, 5))
+    logits, weights = model(src, lens, tgt_in)
+    alone, alone_weights = model(src[:1, :4], lens[:1], tgt_in[:1])
+    torch.testing.assert_close(alone[0], logits[0])
+    if attention:
+        torch.testing.assert_close(alone_weights[0], weights[0, :, :4])
+    else:
+        assert weights is None and alone_weights is None
+
+
+def test_attention_context_is_the_weighted_sum_of_encoder_states():
+    model = _model(attention=True)
+    src, lens = _batch([3, 6])
+    enc_outputs, _ = model.encoder(src, lens)
+    query = torch.randn(2, 1, H)
+    context, weights = model.decoder.attend(query, enc_outputs, lens)
+    scores = model.decoder.attention_score(query, enc_outputs)
+    for i, n in enumerate(lens.tolist()):
+        expected = torch.softmax(scores[i, 0, :n], dim=-1)
+        torch.testing.assert_close(weights[i, 0, :n], expected)
+        torch.testing.assert_close(context[i, 0], expected @ enc_outputs[i, :n])
+
+
+@pytest.mark.parametrize("attention", [True, False])
+def test_step_by_step_decoding_matches_teacher_forcing(attention):
+    """Greedy decoding one step at a time equals one teacher-forced pass over its own output."""
+    model = _model(attention, seed=1)
+    src, lens = _batch([6, 3, 8], seed=2)
+    decoded = s2s.greedy_decode(model, src, lens, bos_id=1, eos_id=2, max_len=7)
+    steps = decoded.ids.shape[1]
+    assert decoded.ids.shape[0] == 3 and 1 <= steps <= 7
+    tgt_in = torch.cat([torch.ones(3, 1, dtype=torch.long), decoded.ids[:, :-1]], dim=1)
+    logits, weights = model(src, lens, tgt_in)
+    assert torch.equal(logits.argmax(-1), decoded.ids)
+    if attention:
+        assert decoded.weights.shape == (3, steps, 8)
+        torch.testing.assert_close(decoded.weights, weights)
+    else:
+        assert decoded.weights is None
+
+
+def test_greedy_decode_stops_when_every_row_has_ended():
+    model = _model(attention=True)
+    with torch.no_grad():
+        model.decoder.output.bias.fill_(-100.0)
+        model.decoder.output.bias[2] = 100.0  # always predict <eos> = 2
+    src, lens = _batch([3, 5])
+    decoded = s2s.greedy_decode(model, src, lens, bos_id=1, eos_id=2, max_len=10)
+    assert decoded.ids.tolist() == [[2], [2]]
+    with pytest.raises(ValueError, match="max_len"):
+        s2s.greedy_decode(model, src, lens, bos_id=1, eos_id=2, max_len=0)
+
+
+# --- loss and training ----------------------------------------------------------------------
+
+
+def test_sequence_loss_ignores_padding():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 4, 5)
+    tgt_out = torch.tensor([[1, 2, 3, 0], [4, 0, 0, 0]])
+    lens = torch.tensor([3, 1])
+    loss = s2s.sequence_loss(logits, tgt_out, lens)
+    real = [(0, 0), (0, 1), (0, 2), (1, 0)]
+    expected = sum(-torch.log_softmax(logits[b, t], -1)[tgt_out[b, t]] for b, t in real) / len(real)
+    torch.testing.assert_close(loss, expected)
+    changed = logits.clone()
+    changed[0, 3] += 50.0
+    changed[1, 1:] -= 50.0
+    torch.testing.assert_close(s2s.sequence_loss(changed, tgt_out, lens), loss)
+    with pytest.raises(ValueError, match="need logits"):
+        s2s.sequence_loss(logits, tgt_out[:, :3], lens)
+
+
+def test_a_tiny_attention_model_learns():
+    corpus = make_translation_corpus(n_train=256, n_val=0, n_test=0, seed=0, max_len=6)
+    torch.manual_seed(0)
+    model = s2s.make_seq2seq(
+        len(corpus.src_vocab), len(corpus.tgt_vocab), embed_dim=16, hidden_dim=32
+    )
+    history = train(
+        model,
+        s2s.seq2seq_loss,
+        corpus.loader(batch_size=32),
+        epochs=8,
+        lr=0.01,
+        device="cpu",
+        progress=False,
+    )
+    assert sum(history[-5:]) / 5 < 0.5 * sum(history[:5]) / 5
+    out = s2s.translate(model, corpus.train[0][0], corpus.src_vocab, corpus.tgt_vocab)
+    assert out.weights.shape == (
+        min(len(out.tokens) + 1, 30),
+        len(corpus.train[0][0]) + 1,
+    )
+    torch.testing.assert_close(out.weights.sum(-1), torch.ones(out.weights.shape[0]))
+
+
+# --- BLEU and exact match, against hand-worked examples -------------------------------------
+
+
+def test_modified_precision_papineni_example():
+    # Papineni et al. (2002): "the" x 7 against "the cat is on the mat" -> 2/7
+    candidate = ["the"] * 7
+    assert s2s.modified_precision(candidate, "the cat is on the mat".split(), 1) == (2, 7)
+    assert s2s.modified_precision("a b a b".split(), "a b c".split(), 2) == (1, 3)
+
+
+def test_bleu_hand_worked():
+    ref = "a b c d e".split()
+    assert s2s.sentence_bleu(ref, ref) == pytest.approx(1.0)
+    # all n-grams match, but the candidate is short: BP = exp(1 - 5/4)
+    assert s2s.sentence_bleu("a b c d".split(), ref) == pytest.approx(math.exp(-0.25))
+    # p1 = 4/5, p2 = 2/4 (a b, d e), p3 = 0/3
+    cand = "a b x d e".split()
+    assert s2s.sentence_bleu(cand, ref, max_n=2) == pytest.approx(math.sqrt(0.8 * 0.5))
+    assert s2s.sentence_bleu(cand, ref) == 0.0
+    # a longer candidate gets no brevity bonus: p1 = 5/6, p2 = 4/5, BP = 1
+    assert s2s.sentence_bleu("a b c d e e".split(), ref, max_n=2) == pytest.approx(
+        math.sqrt(5 / 6 * 4 / 5)
+    )
+
+
+def test_corpus_bleu_pools_counts_over_sentences():
+    cands = [["a", "b", "c"], ["d", "e"]]
+    refs = [["a", "b", "c"], ["d", "f"]]
+    # p1 = (3 + 1) / 5, p2 = (2 + 0) / 3, r = c = 5
+    assert s2s.corpus_bleu(cands, refs, max_n=2) == pytest.approx(math.sqrt(4 / 5 * 2 / 3))
+    with pytest.raises(ValueError, match="as many candidates"):
+        s2s.corpus_bleu(cands, refs[:1])
+    with pytest.raises(ValueError, match="max_n"):
+        s2s.corpus_bleu(cands, refs, max_n=0)
+
+
+def test_exact_match_and_buckets():
+    refs = [["汤姆", "追", "杰瑞"], ["a", "b"], ["x"]]
+    assert s2s.exact_match([["汤姆", "追", "杰瑞"], ["a"], ["x"]], refs) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="as many candidates"):
+        s2s.exact_match([], [])
+    pairs = [(["w"] * n, ["z"] * n) for n in (3, 4, 8, 16)]
+    preds = [["z"] * 3, ["z"] * 3, ["z"] * 8, ["z"] * 16]
+    rows = s2s.scores_by_length(pairs, preds)
+    assert [(r["length"], r["n"]) for r in rows] == [
+        ("3-6", 2),
+        ("7-10", 1),
+        ("15-20", 1),
+        ("all", 4),
+    ]
+    assert rows[0]["exact_match"] == pytest.approx(0.5)
+    assert rows[-1]["exact_match"] == pytest.approx(0.75)
+    assert "exact match" in s2s.format_table(rows, title="t")
+
+
+# --- GPU ------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_attention_model_on_cuda_matches_cpu():
+    model = _model(attention=True)
+    src, lens = _batch([4, 7, 2])
+    tgt_in = torch.randint(0, TGT_V, (3, 5))
+    logits, weights = model(src, lens, tgt_in)
+    model.cuda()
+    logits_gpu, weights_gpu = model(src.cuda(), lens.cuda(), tgt_in.cuda())
+    assert weights_gpu.device.type == "cuda"
+    assert (weights_gpu[2, :, 2:] == 0).all()
+    torch.testing.assert_close(logits_gpu.cpu(), logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(weights_gpu.cpu(), weights, atol=1e-5, rtol=1e-4)
+    decoded = s2s.greedy_decode(model, src.cuda(), lens.cuda(), 1, 2, max_len=6)
+    assert decoded.ids.device.type == "cuda" and decoded.weights.device.type == "cuda"
