@@ -150,6 +150,62 @@ def _guard(pid: int) -> None:
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
+def _reachable(path: str) -> bool:
+    """Whether every directory on the way to ``path`` lets others traverse it."""
+    import stat
+
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(2, len(parts) + 1):
+        prefix = os.sep.join(parts[:i]) or os.sep
+        try:
+            if not os.stat(prefix).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _expose_python(libc) -> bool:
+    """In a private mount namespace, make the interpreter readable for the sandbox user.
+
+    Python may live under a directory only root can enter (``/root/.pyenv``). Each such
+    directory is covered with an empty tmpfs, and only the paths the child needs (the
+    interpreter, its libraries, the package) are bound back into it; the rest stays hidden.
+    """
+    needed = {os.path.realpath(p) for p in (*sys.path, sys.prefix, sys.base_prefix) if p}
+    needed.add(os.path.dirname(os.path.realpath(sys.executable)))
+    needed = {p for p in needed if os.path.isdir(p)}
+    needed = sorted(p for p in needed if not any(p.startswith(q + os.sep) for q in needed))
+    blocked: dict[str, list[str]] = {}
+    for path in needed:
+        if _reachable(path):
+            continue
+        parts = path.split(os.sep)
+        for i in range(2, len(parts) + 1):
+            prefix = os.sep.join(parts[:i])
+            if not _reachable(prefix):
+                blocked.setdefault(prefix, []).append(path)
+                break
+    if not blocked:
+        return True
+    ms_bind, ms_rec, ms_private = 4096, 16384, 1 << 18
+    if libc.unshare(0x00020000) != 0:  # CLONE_NEWNS
+        return False
+    if libc.mount(b"none", b"/", None, ms_rec | ms_private, None) != 0:
+        return False
+    for top, paths in blocked.items():
+        fds = {p: os.open(p, os.O_PATH) for p in paths}
+        if libc.mount(b"tmpfs", top.encode(), b"tmpfs", 0, b"mode=0755") != 0:
+            return False
+        for p, fd in fds.items():
+            os.makedirs(p, mode=0o755, exist_ok=True)
+            source = f"/proc/self/fd/{fd}".encode()
+            if libc.mount(source, p.encode(), None, ms_bind | ms_rec, None) != 0:
+                return False
+            os.close(fd)
+    return True
+
+
 def _limit(which: int, value: int | None) -> None:
     import resource  # POSIX only: keep the module importable on Windows for check()
 
@@ -181,6 +237,7 @@ def enter_sandbox(config: dict, fd: int) -> dict:
     uid, gid = config.get("uid"), config.get("gid")
     if uid is not None and os.geteuid() == 0:
         _limit(resource.RLIMIT_NPROC, config.get("max_processes"))
+        facts["mount_namespace"] = _expose_python(ctypes.CDLL(None, use_errno=True))
         os.setgroups([])
         os.setgid(gid)
         os.setuid(uid)

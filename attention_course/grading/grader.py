@@ -1,0 +1,218 @@
+"""Grade one submitted notebook: read it, run it sandboxed, compare, award points.
+
+A question whose call hangs or kills its process costs only that question: the grader
+starts a fresh child for the questions still to answer (re-running the notebook), as long
+as the submission's time budget lasts. Code at the notebook's top level that hangs or
+exits ends the grading of that notebook, with that reason for every question left.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from attention_course.grading.checking import Prepared, prepare
+from attention_course.grading.registry import all_exercises, get_exercise
+from attention_course.grading.results import (
+    QuestionResult,
+    SubmissionResult,
+    evaluate,
+    explain_error,
+    result,
+)
+from attention_course.grading.sandbox import Attempt, GraderError, Limits, run_child
+from attention_course.grading.spec import Exercise
+
+MAX_NOTEBOOK_BYTES = 20 << 20
+
+
+class SubmissionError(ValueError):
+    """The submission cannot be graded at all (unreadable file, unknown exercise)."""
+
+
+def read_notebook(path: Path) -> dict[str, Any]:
+    """The notebook's JSON, checked to have the shape of an nbformat 4 notebook."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_NOTEBOOK_BYTES:
+            raise SubmissionError(f"the notebook file is too large ({size >> 20} MB)")
+        with open(path, "rb") as f:
+            data = f.read(MAX_NOTEBOOK_BYTES + 1)
+    except OSError as error:
+        raise SubmissionError(f"the notebook file could not be read: {error.strerror}") from None
+    try:
+        nb = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        message = str(error).splitlines()[0][:200]
+        raise SubmissionError(f"the notebook file is not valid JSON ({message})") from None
+    if type(nb) is not dict or type(nb.get("cells")) is not list:
+        raise SubmissionError("the file is not a Jupyter notebook (no list of cells)")
+    if nb.get("nbformat") != 4:
+        raise SubmissionError(f"unsupported notebook format {nb.get('nbformat')!r} (need 4)")
+    return nb
+
+
+def code_cells(nb: dict[str, Any]) -> list[str]:
+    """The source of every code cell, in order."""
+    cells = []
+    for cell in nb["cells"]:
+        if type(cell) is not dict or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        if type(source) is list and all(type(line) is str for line in source):
+            source = "".join(source)
+        if type(source) is not str:
+            raise SubmissionError("a code cell's source is neither text nor a list of lines")
+        cells.append(source)
+    return cells
+
+
+def exercise_of(nb: dict[str, Any], path: Path, override: str | None = None) -> Exercise:
+    """The exercise: ``override``, else the notebook's metadata, else its file name."""
+    if override:
+        return get_exercise(override)
+    meta = nb.get("metadata")
+    meta = meta.get("attention_course") if type(meta) is dict else None
+    name = meta.get("exercise") if type(meta) is dict else None
+    if type(name) is str and name in all_exercises():
+        return get_exercise(name)
+    for exercise_id in sorted(all_exercises(), key=len, reverse=True):
+        if exercise_id in path.name:
+            return get_exercise(exercise_id)
+    raise SubmissionError(
+        "cannot tell which exercise this is: the notebook metadata has no known "
+        "attention_course.exercise and the file name names none (use --exercise)"
+    )
+
+
+def _signal_name(status: int) -> str:
+    try:
+        return signal.Signals(status - 128).name
+    except ValueError:
+        return f"signal {status - 128}"
+
+
+def _how_it_ended(attempt: Attempt, limits: Limits) -> tuple[str, str]:
+    """(status, reason) for work the child left unfinished."""
+    if attempt.end == "timeout":
+        return "timeout", f"did not finish within the {limits.timeout:g} s limit"
+    if attempt.end == "violation":
+        return "crashed", "sent the grader malformed or oversized data"
+    status = attempt.exit_status
+    if status is not None and status > 128:
+        name = _signal_name(status)
+        why = {"SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)",
+               "SIGKILL": " (killed, perhaps out of memory)"}.get(name, "")
+        return "crashed", f"the process was killed by {name}{why}"
+    return "crashed", f"the process ended early (exit status {status}; os._exit?)"
+
+
+def _reason_in_cells(attempt: Attempt, limits: Limits) -> tuple[str, str]:
+    status, why = _how_it_ended(attempt, limits)
+    where = "" if attempt.current_cell is None else f" in code cell {attempt.current_cell + 1}"
+    return status, f"the notebook did not run to the end{where}: {why}"
+
+
+def _judge(prepared: Prepared, answer: tuple) -> QuestionResult:
+    q = prepared.question
+    if answer[0] == "result":
+        return evaluate(q, prepared.cases, prepared.expected, answer[1])
+    if answer[0] == "error":
+        return explain_error(q, answer[1], answer[2])
+    return result(q, answer[1], answer[2])
+
+
+def _ungradable(path: Path, name: str, exercise: str | None, message: str) -> SubmissionResult:
+    """0 for every question (when the exercise is known from --exercise or the file name)."""
+    try:
+        ex = exercise_of({}, path, exercise)
+    except (SubmissionError, KeyError):
+        return SubmissionResult(name, str(path), None, 0, 0, [], error=message)
+    questions = [result(q, "error", f"not graded: {message}") for q in ex.questions]
+    return SubmissionResult(name, str(path), ex.id, 0, ex.max_score, questions, error=message)
+
+
+def grade_notebook(
+    path: str | Path,
+    exercise: str | None = None,
+    limits: Limits | None = None,
+    name: str | None = None,
+) -> SubmissionResult:
+    """Grade one submission; a broken or hostile notebook gets 0 with a reason.
+
+    Raises :class:`GraderError` only when the grader itself fails.
+    """
+    limits = limits or Limits()
+    path = Path(path)
+    name = name or path.stem
+    try:
+        nb = read_notebook(path)
+        cells = code_cells(nb)
+        ex = exercise_of(nb, path, exercise)
+    except (SubmissionError, KeyError) as error:
+        return _ungradable(path, name, exercise, str(error).strip("'\""))
+    prepared = prepare(ex.id)
+    answers: dict[str, tuple] = {}
+    pending = [q.id for q in ex.questions]
+    notebook_errors: list[str] = []
+    isolation: dict[str, Any] = {}
+    output = ""
+    used = 0.0
+    for _ in range(len(pending) + 1):
+        remaining = limits.timeout - used
+        if not pending or remaining <= 0.5:
+            break
+        started = time.monotonic()
+        attempt = run_child(
+            cells,
+            [prepared[qid].call_spec() for qid in pending],
+            {qid: prepared[qid].question.time_limit for qid in pending},
+            limits,
+            remaining,
+            ex.forbidden_imports,
+        )
+        used += min(attempt.elapsed, time.monotonic() - started)
+        if not isolation:
+            isolation = attempt.isolation
+            output = attempt.output
+            notebook_errors = [f"code cell {i + 1}: {e}" for i, e in attempt.cell_errors]
+        answers.update(attempt.answers)
+        if attempt.end == "done":
+            for qid in pending:
+                answers.setdefault(qid, ("error", "missing", ""))
+            break
+        if not attempt.cells_done:
+            status, why = _reason_in_cells(attempt, limits)
+            for qid in pending:
+                answers.setdefault(qid, ("fail", status, why))
+            break
+        current = attempt.current_question
+        if current is not None and current not in answers:
+            status, why = _how_it_ended(attempt, limits)
+            if status == "timeout":
+                limit = min(prepared[current].question.time_limit, remaining)
+                why = f"did not finish within its {limit:g} s limit"
+            answers[current] = ("fail", status, f"`{prepared[current].question.symbol}` {why}")
+        pending = [qid for qid in pending if qid not in answers]
+    for qid in pending:
+        answers.setdefault(
+            qid, ("fail", "timeout", "not graded: the submission's time budget was used up")
+        )
+    questions = [_judge(prepared[q.id], answers[q.id]) for q in ex.questions]
+    return SubmissionResult(
+        submission=name,
+        file=str(path),
+        exercise=ex.id,
+        score=sum(q.points for q in questions),
+        max_score=ex.max_score,
+        questions=questions,
+        notebook_errors=notebook_errors,
+        isolation=isolation,
+        output=output,
+    )
+
+
+__all__ = ["GraderError", "Limits", "SubmissionError", "grade_notebook", "read_notebook"]
