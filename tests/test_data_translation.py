@@ -54,7 +54,8 @@ def _np_chinese(np_text: str) -> list[str]:
     adjectives = words[1:-1]
     order = list(tr.ADJECTIVES)
     assert adjectives == sorted(adjectives, key=order.index), "adjectives out of order"
-    assert len(set(adjectives)) == len(adjectives), "repeated adjective"
+    groups = [i for a in adjectives for i, g in enumerate(tr.ADJECTIVE_GROUPS) if a in g]
+    assert len(set(groups)) == len(groups), f"two adjectives of one group: {np_text}"
     return [tr.ADJECTIVES[a] for a in adjectives] + [tr.NOUNS[words[-1]]]
 
 
@@ -155,6 +156,8 @@ def test_bad_clauses_raise():
         Clause(NounPhrase("Tom"), "chase", NounPhrase("Jerry"), tense="past", time=("tomorrow",))
     with pytest.raises(ValueError, match="no adjectives"):
         NounPhrase("Tom", ("big",))
+    with pytest.raises(ValueError, match="at most one of"):
+        NounPhrase("cat", ("big", "little"))
     with pytest.raises(ValueError, match="unknown noun"):
         NounPhrase("elephant")
 

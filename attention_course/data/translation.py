@@ -89,6 +89,13 @@ ADJECTIVES: dict[str, str] = {
     "black": "黑",
     "white": "白",
 }
+# A noun takes at most one adjective of each group (no "big little" or "black white" cat)
+ADJECTIVE_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("lazy",),
+    ("big", "little"),
+    ("fat",),
+    ("black", "white"),
+)
 # English verb: (third person singular present, past, Chinese)
 VERBS: dict[str, tuple[str, str, str]] = {
     "chase": ("chases", "chased", "追"),
@@ -156,6 +163,9 @@ class NounPhrase:
         for adjective in self.adjectives:
             if adjective not in ADJECTIVES:
                 raise ValueError(f"unknown adjective {adjective!r}")
+        for group in ADJECTIVE_GROUPS:
+            if len(set(group) & set(self.adjectives)) > 1:
+                raise ValueError(f"at most one of {group} per noun, got {self.adjectives}")
 
     def english(self) -> list[str]:
         if self.head in NAMES:
@@ -247,14 +257,14 @@ def _sample_noun_phrase(
     rng: random.Random, richness: float, exclude: Sequence[NounPhrase]
 ) -> NounPhrase:
     heads = {p.head for p in exclude}
-    order = list(ADJECTIVES)
     while True:
         if rng.random() < 0.6 - 0.3 * richness:
             phrase = NounPhrase(rng.choice(sorted(NAMES)))
         else:
             n_adjectives = sum(rng.random() < richness for _ in range(2))
-            adjectives = sorted(rng.sample(order, n_adjectives), key=order.index)
-            phrase = NounPhrase(rng.choice(sorted(NOUNS)), tuple(adjectives))
+            groups = sorted(rng.sample(range(len(ADJECTIVE_GROUPS)), n_adjectives))
+            adjectives = tuple(rng.choice(ADJECTIVE_GROUPS[g]) for g in groups)
+            phrase = NounPhrase(rng.choice(sorted(NOUNS)), adjectives)
         if phrase.head not in heads:
             return phrase
 
