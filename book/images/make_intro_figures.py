@@ -1,0 +1,98 @@
+"""Draws the two figures of the introduction (book/intro.md) into this folder.
+
+Run from the repository root: ``.venv/bin/python book/images/make_intro_figures.py``.
+The PNGs are committed, so building the book does not need this script.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.patches import FancyBboxPatch, Polygon, Rectangle  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+CABINETS = ["shoe cabinet", "wardrobe", "bedside table", "bookshelf"]  # the keys
+CONTENTS = ["shoes", "coats", "a lamp", "books"]  # the values
+SCORES = np.array([3.0, 1.4, 0.8, 0.0])  # how well each key matches the query "my shoes"
+WEIGHTS = np.exp(SCORES) / np.exp(SCORES).sum()
+COLOURS = ["#d95f02", "#1b9e77", "#7570b3", "#e7298a"]
+
+
+def flashlight() -> None:
+    fig, ax = plt.subplots(figsize=(9, 5.2))
+    ax.add_patch(Rectangle((0, -0.7), 10, 6.9, color="#1c2333"))
+    ax.text(0.2, 5.95, "a dark room", color="#8a93a6", fontsize=10, va="top")
+    torch_xy = np.array([5.0, 0.75])
+    for i, (key, value, w) in enumerate(zip(CABINETS, CONTENTS, WEIGHTS, strict=True)):
+        x0 = 0.45 + i * 2.4
+        # The beam: its brightness is the attention weight of this cabinet.
+        ax.add_patch(Polygon([torch_xy, (x0 + 0.1, 3.0), (x0 + 1.9, 3.0)], closed=True,
+                             color="#ffe066", alpha=0.08 + 0.85 * w, lw=0))
+        ax.add_patch(FancyBboxPatch((x0, 3.0), 2.0, 1.9, boxstyle="round,pad=0.02",
+                                    fc="#6b4f3a", ec="#c9a27e", lw=1.5))
+        ax.add_patch(Rectangle((x0 + 0.2, 3.2), 1.6, 0.8, fc="#3b2a1e", ec="#c9a27e"))
+        ax.text(x0 + 1.0, 4.45, key, ha="center", va="center", color="white", fontsize=10,
+                fontweight="bold")
+        ax.text(x0 + 1.0, 3.6, value, ha="center", va="center", color="#ffd8a8", fontsize=10,
+                style="italic")
+        ax.text(x0 + 1.0, 5.25, f"weight {w:.2f}", ha="center", color="#ffe066", fontsize=10)
+    ax.add_patch(FancyBboxPatch((4.55, 0.25), 0.9, 0.5, boxstyle="round,pad=0.05", fc="#aaaaaa",
+                                ec="white"))
+    ax.text(5.0, 0.0, 'query: "my shoes"  (the flashlight)', ha="center", va="top",
+            color="white", fontsize=10)
+    ax.text(9.8, 2.4, "key = what is written on the cabinet\n"
+            "value = what is inside\nbeam brightness = attention weight",
+            ha="right", va="top", color="#c7cede", fontsize=9, linespacing=1.5)
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.7, 6.2)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    fig.savefig(HERE / "flashlight.png", dpi=110, bbox_inches="tight", facecolor="white")
+    plt.close(fig)
+
+
+def three_steps() -> None:
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), gridspec_kw={"width_ratios": [1, 1, 1.2]})
+    y = np.arange(len(CABINETS))[::-1]
+    axes[0].barh(y, SCORES, color=COLOURS)
+    axes[0].set_title("1. score each key\n$a(\\mathbf{q}, \\mathbf{k}_i)$")
+    axes[0].set_xlabel("score (any real number)")
+    axes[1].barh(y, WEIGHTS, color=COLOURS)
+    axes[1].set_title("2. normalise (softmax)\n$\\alpha_i \\geq 0$, summing to 1")
+    axes[1].set_xlabel("attention weight")
+    axes[1].set_xlim(0, 1)
+    for ax, numbers in ((axes[0], SCORES), (axes[1], WEIGHTS)):
+        ax.set_yticks(y, CABINETS)
+        for yi, n in zip(y, numbers, strict=True):
+            ax.text(n + 0.02 * ax.get_xlim()[1], yi, f"{n:.2f}", va="center", fontsize=9)
+        ax.set_xlim(0, ax.get_xlim()[1] * 1.15)
+    left = 0.0
+    ax = axes[2]
+    for value, w, colour in zip(CONTENTS, WEIGHTS, COLOURS, strict=True):
+        ax.barh(0, w, height=0.9, left=left, color=colour, edgecolor="white",
+                label=f"{value}: {w:.0%}")
+        if w > 0.12:
+            ax.text(left + w / 2, 0, f"{w:.0%}\n{value}", ha="center", va="center",
+                    color="white", fontsize=9, fontweight="bold")
+        left += w
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-1.6, 0.6)
+    ax.legend(loc="lower center", ncol=2, fontsize=9, frameon=False)
+    ax.set_yticks([])
+    ax.set_xlabel("share of the output")
+    ax.set_title("3. weighted sum of the values\n"
+                 "$\\alpha_1 \\mathbf{v}_1 + \\cdots + \\alpha_4 \\mathbf{v}_4$: mostly shoes")
+    fig.suptitle('The query "my shoes" against four cabinets', y=1.04)
+    fig.tight_layout()
+    fig.savefig(HERE / "three_steps.png", dpi=110, bbox_inches="tight", facecolor="white")
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    flashlight()
+    three_steps()
