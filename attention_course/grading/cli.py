@@ -41,6 +41,8 @@ def add_grade_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     )
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="submissions graded in parallel (default 1)")
+    parser.add_argument("--question-timeout", type=float, metavar="S",
+                        help="cap on each question's own time limit (default: the spec's)")
     parser.add_argument("--memory", type=int, default=3072, metavar="MB",
                         help="memory (address space) limit per submission (default 3072)")
     parser.add_argument("--exercise", metavar="ID",
@@ -157,7 +159,8 @@ def run_grade(args: argparse.Namespace) -> int:
     except Exception as error:
         print(f"grade: the grader could not load its exercises: {error}", file=sys.stderr)
         return 1
-    limits = Limits(timeout=args.timeout, memory_mb=args.memory)
+    limits = Limits(timeout=args.timeout, memory_mb=args.memory,
+                    question_timeout=args.question_timeout)
     paths = list(args.submissions)
     names = submission_names(paths)
     if args.out:

@@ -169,7 +169,7 @@ def grade_notebook(
         attempt = run_child(
             cells,
             [prepared[qid].call_spec() for qid in pending],
-            {qid: prepared[qid].question.time_limit for qid in pending},
+            {qid: limits.time_limit(prepared[qid].question.time_limit) for qid in pending},
             limits,
             remaining,
             ex.forbidden_imports,
@@ -193,8 +193,12 @@ def grade_notebook(
         if current is not None and current not in answers:
             status, why = _how_it_ended(attempt, limits)
             if status == "timeout":
-                limit = min(prepared[current].question.time_limit, remaining)
-                why = f"did not finish within its {limit:g} s limit"
+                limit = limits.time_limit(prepared[current].question.time_limit)
+                why = (
+                    f"did not finish within its {limit:g} s limit"
+                    if limit <= remaining
+                    else f"did not finish before the submission's {limits.timeout:g} s ran out"
+                )
             answers[current] = ("fail", status, f"`{prepared[current].question.symbol}` {why}")
         pending = [qid for qid in pending if qid not in answers]
     for qid in pending:

@@ -62,6 +62,12 @@ class Limits:
     max_processes: int = 256
     startup_timeout: float = 120.0
     namespaces: bool = True
+    question_timeout: float | None = None  # caps every question's own time_limit
+
+    def time_limit(self, question_limit: float) -> float:
+        if self.question_timeout is None:
+            return question_limit
+        return min(question_limit, self.question_timeout)
 
 
 @dataclass
