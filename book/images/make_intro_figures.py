@@ -57,7 +57,9 @@ def flashlight() -> None:
 
 
 def three_steps() -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), gridspec_kw={"width_ratios": [1, 1, 1.2]})
+    fig = plt.figure(figsize=(9, 6))
+    grid = fig.add_gridspec(2, 2, height_ratios=[1.3, 1])
+    axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])]
     y = np.arange(len(CABINETS))[::-1]
     axes[0].barh(y, SCORES, color=COLOURS)
     axes[0].set_title("1. score each key\n$a(\\mathbf{q}, \\mathbf{k}_i)$")
@@ -81,13 +83,13 @@ def three_steps() -> None:
                     color="white", fontsize=9, fontweight="bold")
         left += w
     ax.set_xlim(0, 1)
-    ax.set_ylim(-1.6, 0.6)
-    ax.legend(loc="lower center", ncol=2, fontsize=9, frameon=False)
+    ax.set_ylim(-1.1, 0.6)
+    ax.legend(loc="lower center", ncol=4, fontsize=10, frameon=False)
     ax.set_yticks([])
     ax.set_xlabel("share of the output")
     ax.set_title("3. weighted sum of the values\n"
                  "$\\alpha_1 \\mathbf{v}_1 + \\cdots + \\alpha_4 \\mathbf{v}_4$: mostly shoes")
-    fig.suptitle('The query "my shoes" against four cabinets', y=1.04)
+    fig.suptitle('The query "my shoes" against four cabinets', fontsize=13)
     fig.tight_layout()
     fig.savefig(HERE / "three_steps.png", dpi=110, bbox_inches="tight", facecolor="white")
     plt.close(fig)
