@@ -144,16 +144,23 @@ def nadaraya_watson(
 def leave_one_out_mse(
     x: torch.Tensor, y: torch.Tensor, bandwidth: float, kernel: str = "gaussian"
 ) -> float:
-    """Mean squared error of predicting each ``y_i`` from all the other points."""
+    """Mean squared error of predicting each ``y_i`` from all the other points.
+
+    ``x`` is ``(N,)`` or ``(N, d)``, ``y`` is ``(N,)`` or ``(N, dv)``. Each point's own
+    distance is set to infinity, so it gets no weight. With a compact kernel a point with
+    no other point inside its window has no prediction, and the result is ``nan``.
+    """
     _check_inputs(x, x, y)
     _check_bandwidth(bandwidth)
     u = scaled_distances(x, x, bandwidth)
-    u = u + torch.diag(torch.full((u.shape[0],), math.inf, dtype=u.dtype))
+    itself = torch.eye(u.shape[0], dtype=torch.bool, device=u.device)
+    u = u.masked_fill(itself, math.inf)
     if kernel == "gaussian":
         weights = torch.softmax(-0.5 * u**2, dim=-1)
     else:
         scores = kernel_scores(u, kernel)
         weights = scores / scores.sum(dim=-1, keepdim=True)
+    y = y.to(weights.dtype)
     return torch.mean((weights @ y - y) ** 2).item()
 
 

@@ -255,6 +255,14 @@ def test_leave_one_out_never_uses_the_point_itself():
     assert math.isclose(leave_one_out_mse(x, y, 1e-2), expected, rel_tol=1e-6)
 
 
+def test_leave_one_out_with_compact_kernel_and_no_neighbour_is_nan():
+    x = torch.tensor([0.0, 0.1, 5.0])
+    assert math.isnan(leave_one_out_mse(x, torch.zeros(3), 0.5, kernel="boxcar"))
+    assert choose_bandwidth(x, torch.zeros(3), [0.5, 10.0], kernel="boxcar") == 10.0
+    with pytest.raises(ValueError, match="no neighbour"):
+        choose_bandwidth(x, torch.zeros(3), [0.5], kernel="epanechnikov")
+
+
 def test_choose_bandwidth_needs_candidates():
     with pytest.raises(ValueError, match="candidates"):
         choose_bandwidth(torch.zeros(3), torch.zeros(3), [])
@@ -316,3 +324,8 @@ def test_runs_on_cuda(points):
     torch.testing.assert_close(predictions.cpu(), expected)
     model = NWKernelRegression().cuda()
     assert model(queries, keys, values).is_cuda
+    assert model(keys, keys, values, exclude_self=True).is_cuda
+    h_cpu = leave_one_out_mse(points[1], points[2], 0.5)
+    assert math.isclose(leave_one_out_mse(keys, values, 0.5), h_cpu, rel_tol=1e-4)
+    assert choose_bandwidth(keys, values, [0.1, 0.5, 2.0]) == choose_bandwidth(
+        points[1], points[2], [0.1, 0.5, 2.0])
