@@ -186,8 +186,9 @@ def scaled_dot_product_attention(
     where attention is allowed, a floating mask is added to the scores. ``is_causal``
     lets query ``i`` see keys ``j <= i`` only; unlike PyTorch it may be combined with
     ``attn_mask`` (both must then allow a position). ``scale`` defaults to ``1/sqrt(d)``.
-    Dropout (``dropout_p > 0``) is applied to the weights, and the returned weights are
-    the ones used, so ``output == weights @ value`` always holds.
+    Dropout (``dropout_p > 0``) is applied to the weights whenever it is asked for, as in
+    PyTorch (pass ``0.0`` in evaluation); the returned weights are the ones used, so
+    ``output == weights @ value`` always holds.
 
     Matches :func:`torch.nn.functional.scaled_dot_product_attention` (which returns no
     weights). Fully masked rows give zero weights and a zero output here, in any PyTorch
