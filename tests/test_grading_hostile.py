@@ -300,3 +300,30 @@ def test_grading_twice_gives_the_same_gradebook(tmp_path):
                         if p.suffix in (".csv", ".json")})
     assert outputs[0] == outputs[1]
     assert len(outputs[0]) == 5
+
+
+def test_fallback_without_namespaces(tmp_path):
+    """Where namespaces are unavailable: the process group, the environment token and the
+    socket patch still leave nothing behind and keep the network out."""
+    from attention_course.grading.grader import grade_notebook
+    from attention_course.grading.sandbox import Limits
+
+    paths = _submissions(tmp_path, tmp_path / "out")
+    limits = Limits(timeout=TIMEOUT, question_timeout=3, namespaces=False)
+    for name, score in [("solution", 10), ("background", 0), ("os_exit_in_q2", 8),
+                        ("evil_objects", 0)]:
+        record = grade_notebook(paths[name], limits=limits)
+        assert record.score == score, (name, [q.message for q in record.questions])
+        assert not record.isolation.get("pid_namespace")
+        if name == "evil_objects":
+            assert any("network is disabled" in e for e in record.notebook_errors)
+    assert _marked_processes() == []
+
+
+def test_main_command_has_grade(tmp_path, capsys):
+    from attention_course.cli import main
+
+    assert main(["grade", "--json", str(tmp_path / "missing_01_attention_pooling.ipynb")]) == 0
+    (record,) = json.loads(capsys.readouterr().out)
+    assert record["score"] == 0 and record["max_score"] == 10
+    assert "could not be read" in record["error"]

@@ -3,10 +3,11 @@
 The grader's parent runs this file as a script (``python -I -B _driver.py FD``) in a fresh
 process group. It reads its whole job from stdin before any submission code runs: a JSON
 header (sandbox settings, the nonce) and a ``torch.save`` payload (the notebook's code
-cells, the questions' call specs and their inputs). Then, when it runs as root, it moves
-into new network and PID namespaces (the PID namespace dies with its first process, so
-nothing the submission starts can outlive it), sets resource limits, drops to an
-unprivileged user, executes the notebook's code cells and calls the learner's code on
+cells, the questions' call specs and their inputs). Then it moves into new network and
+PID namespaces (the PID namespace dies with its first process, so nothing the submission
+starts can outlive it): directly as root, inside a new user namespace as a normal user
+where the kernel allows that. It sets resource limits, drops to ``nobody`` when root,
+executes the notebook's code cells and calls the learner's code on
 each case. Every event goes to the parent through the pipe ``FD`` as a length-prefixed
 ``torch.save`` record of plain data.
 
@@ -33,6 +34,7 @@ import types
 HEADER = struct.Struct("!I")
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWUSER = 0x10000000
 PR_SET_PDEATHSIG = 1
 MAX_MESSAGE = 500
 
@@ -123,6 +125,33 @@ def _unshare(flags: int) -> bool:
         return libc.unshare(flags) == 0
     except (OSError, AttributeError):
         return False
+
+
+def _map_self(uid: int, gid: int) -> bool:
+    """Enter a new user namespace in which this process keeps its own uid and gid."""
+    if not _unshare(CLONE_NEWUSER):
+        return False
+    try:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    except OSError:
+        return False
+    return True
+
+
+def _enter_user_namespace() -> bool:
+    """As a normal user: a user namespace, so that network and PID namespaces are allowed.
+
+    Probed in a throwaway child first, because a half-made user namespace cannot be left.
+    """
+    uid, gid = os.getuid(), os.getgid()
+    probe = os.fork()
+    if probe == 0:
+        os._exit(0 if _map_self(uid, gid) else 1)
+    _, status = os.waitpid(probe, 0)
+    return status == 0 and _map_self(uid, gid)
 
 
 def _die_with_parent() -> None:
@@ -222,7 +251,10 @@ def enter_sandbox(config: dict, fd: int) -> dict:
     import resource
 
     facts = {"network_namespace": False, "pid_namespace": False, "user": None}
-    if config.get("namespaces") and os.geteuid() == 0:
+    root = os.geteuid() == 0
+    if config.get("namespaces") and not root:
+        facts["user_namespace"] = _enter_user_namespace()
+    if config.get("namespaces") and (root or facts.get("user_namespace")):
         facts["network_namespace"] = _unshare(CLONE_NEWNET)
         if _unshare(CLONE_NEWPID):
             pid = os.fork()
