@@ -12,8 +12,9 @@ Each is timed forward only (under ``torch.no_grad()``, modules in eval mode) and
 forward+backward, for lengths 128 to 4096. Configurations are timed round-robin within a
 run, and every time is reported as a ratio to ``torch_mha`` measured in the same round
 (the median over rounds), so a busy machine slows all of them alike. Peak memory is the
-growth of the peak resident set size of a fresh child process over its baseline (glibc is
-told to return large blocks to the system, so the readings are honest).
+growth of the resident set size of a fresh child process during one step over what it
+held before (glibc is told to return large blocks to the system at once, so the readings
+are honest); it needs Linux.
 
 Run: ``python benchmarks/attention_bench.py`` (``make bench``); on a shared machine wrap
 it in ``flock /tmp/attn-cpu.lock``. Writes ``benchmarks/results/attention_bench.json``
@@ -26,7 +27,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -129,19 +129,37 @@ def run_timing(args: argparse.Namespace) -> dict:
     return results
 
 
+def _status_kib(field: str) -> int:
+    """A ``/proc/self/status`` field in KiB (``VmRSS``: resident now, ``VmHWM``: its peak)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
 def memory_worker(config: str, mode: str, lengths: list[int], batch: int, embed_dim: int,
                   heads: int) -> None:
-    """Child process: print the peak-RSS growth (MiB) after each length, ascending."""
-    torch.randn(8, 8) @ torch.randn(8, 8)  # load the kernels before the baseline
-    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    for length in sorted(lengths):
+    """Child process: print the peak resident-memory growth (MiB) of one step per length.
+
+    The peak (``VmHWM``) is reset before each step through ``/proc/self/clear_refs``
+    (``getrusage``'s ``ru_maxrss`` would not do: it is inherited from the parent process).
+    """
+    torch.randn(8, 8) @ torch.randn(8, 8)  # load the kernels before the first baseline
+    for length in lengths:
         x = torch.randn(batch, length, embed_dim, requires_grad=mode != "forward")
-        make_step(config, mode, embed_dim, heads, x)()
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        print(json.dumps({"length": length, "peak_mib": (peak - baseline) / 1024}), flush=True)
+        step = make_step(config, mode, embed_dim, heads, x)
+        Path("/proc/self/clear_refs").write_text("5")  # reset the peak to the current RSS
+        before = _status_kib("VmRSS")
+        step()
+        peak = _status_kib("VmHWM")
+        print(json.dumps({"length": length, "peak_mib": (peak - before) / 1024}), flush=True)
+        del step, x
 
 
 def run_memory(args: argparse.Namespace) -> dict:
+    if not Path("/proc/self/clear_refs").exists():
+        print("peak memory needs Linux's /proc/self/clear_refs; skipped")
+        return {}
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
     results: dict = {mode: {} for mode in MODES}
     for mode in MODES:
@@ -238,8 +256,8 @@ def main(argv: list[str] | None = None) -> None:
                         "python": platform.python_version()},
         "time": run_timing(args),
     }
-    if not args.no_memory:
-        report["memory"] = run_memory(args)
+    if not args.no_memory and (memory := run_memory(args)):
+        report["memory"] = memory
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "attention_bench.json").write_text(json.dumps(report, indent=2))
     plot(report, args.out / "attention_bench.png")
