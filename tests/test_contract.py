@@ -836,13 +836,20 @@ def graded(tmp_path_factory):
     broken.write_text('{"cells": [ {"cell_type": "code", "source": "print(1)"', encoding="utf-8")
     not_json = tmp / "garbage.ipynb"
     not_json.write_bytes(b"\x00\xff this is not a notebook \x00")
-    paths = [broken, *solutions, not_json, *learners]
+    # hostile: a full solution whose first cell kills the kernel before anything is defined
+    hostile = tmp / "exits_early.ipynb"
+    notebook = json.loads(solutions[0].read_text(encoding="utf-8"))
+    notebook["cells"].insert(0, {"cell_type": "code", "execution_count": None, "id": "exit0",
+                                 "metadata": {}, "outputs": [],
+                                 "source": "import os\nos._exit(0)"})
+    hostile.write_text(json.dumps(notebook), encoding="utf-8")
+    paths = [broken, *solutions, not_json, hostile, *learners]
     out_dir = tmp / "out"
     cmd = [*_cli(), "grade", *map(str, paths), "--json", "--out", str(out_dir),
            "--timeout", "300", "--jobs", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp)
     return {"proc": proc, "paths": paths, "solutions": solutions, "learners": learners,
-            "broken": [broken, not_json], "out": out_dir}
+            "broken": [broken, not_json, hostile], "out": out_dir}
 
 
 def _records(graded):
