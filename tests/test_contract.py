@@ -523,6 +523,18 @@ def test_mha_is_causal_matches_torch_with_causal_mask():
     assert bool((w[:, :, future] == 0).all())
 
 
+def test_mha_need_weights_false_takes_the_fused_kernel():
+    multihead = pytest.importorskip("attention_course.multihead")
+    from torch.profiler import ProfilerActivity, profile
+
+    m = multihead.MultiHeadAttention(8, 2).eval()
+    x = randn(2, 5, 8, seed=81)
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        m(x, x, x, need_weights=False)
+    ops = {event.name for event in prof.events()}
+    assert "aten::scaled_dot_product_attention" in ops, sorted(ops)
+
+
 def test_mha_dropout_is_off_in_eval_mode():
     multihead = pytest.importorskip("attention_course.multihead")
     ours, ref = _make_pair(multihead, embed_dim=8, num_heads=2, seed=7, dropout=0.5)
