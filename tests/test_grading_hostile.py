@@ -245,6 +245,9 @@ def test_writing_into_the_output_folder_changes_nothing(batch):
     assert json.loads((out / "solution.json").read_text())["score"] == 10
     assert json.loads((out / "write_out.json").read_text())["score"] == 0
     assert "write_out,10,10" not in (out / "gradebook.csv").read_text()
+    if batch["records"]["write_out"]["isolation"].get("read_only_files"):
+        feedback = (out / "write_out.feedback.txt").read_text()
+        assert feedback.count("Read-only file system") + feedback.count("Permission denied") == 3
 
 
 def test_forged_channel_data_earns_nothing(batch):

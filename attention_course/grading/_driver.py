@@ -35,6 +35,10 @@ HEADER = struct.Struct("!I")
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+MOUNT_FLAGS = {"nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1024, "nodiratime": 2048,
+               "relatime": 1 << 21}
 PR_SET_PDEATHSIG = 1
 MAX_MESSAGE = 500
 
@@ -194,6 +198,47 @@ def _reachable(path: str) -> bool:
     return True
 
 
+def _private_mounts(libc) -> bool:
+    """A mount namespace of our own, whose changes do not propagate back."""
+    return (
+        libc.unshare(CLONE_NEWNS) == 0
+        and libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0
+    )
+
+
+def _unescape(path: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
+
+
+def _read_only_files(libc, writable: str) -> bool:
+    """Remount every file system read-only, except ``writable`` (bound onto itself).
+
+    ``/proc``, ``/sys`` and ``/dev`` (but not ``/dev/shm``) are left alone. Flags the
+    kernel locks (nosuid, nodev, noexec, atime) are kept, as a user namespace requires.
+    """
+    if libc.mount(writable.encode(), writable.encode(), None, MS_BIND | MS_REC, None) != 0:
+        return False
+    skip = ("/proc", "/sys", "/dev")
+    ok = True
+    with open("/proc/self/mountinfo") as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        point, options = _unescape(fields[4]), fields[5].split(",")
+        if point == writable or point.startswith(writable + "/"):
+            continue
+        if any(point == s or point.startswith(s + "/") for s in skip) and not point.startswith(
+            "/dev/shm"
+        ):
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for option in options:
+            flags |= MOUNT_FLAGS.get(option, 0)
+        if libc.mount(None, point.encode(), None, flags, None) != 0:
+            ok = False
+    return ok
+
+
 def _expose_python(libc) -> bool:
     """In a private mount namespace, make the interpreter readable for the sandbox user.
 
@@ -215,13 +260,6 @@ def _expose_python(libc) -> bool:
             if not _reachable(prefix):
                 blocked.setdefault(prefix, []).append(path)
                 break
-    if not blocked:
-        return True
-    ms_bind, ms_rec, ms_private = 4096, 16384, 1 << 18
-    if libc.unshare(0x00020000) != 0:  # CLONE_NEWNS
-        return False
-    if libc.mount(b"none", b"/", None, ms_rec | ms_private, None) != 0:
-        return False
     for top, paths in blocked.items():
         fds = {p: os.open(p, os.O_PATH) for p in paths}
         if libc.mount(b"tmpfs", top.encode(), b"tmpfs", 0, b"mode=0755") != 0:
@@ -229,7 +267,7 @@ def _expose_python(libc) -> bool:
         for p, fd in fds.items():
             os.makedirs(p, mode=0o755, exist_ok=True)
             source = f"/proc/self/fd/{fd}".encode()
-            if libc.mount(source, p.encode(), None, ms_bind | ms_rec, None) != 0:
+            if libc.mount(source, p.encode(), None, MS_BIND | MS_REC, None) != 0:
                 return False
             os.close(fd)
     return True
@@ -266,10 +304,19 @@ def enter_sandbox(config: dict, fd: int) -> dict:
     _limit(resource.RLIMIT_CPU, config.get("cpu_seconds"))
     _limit(resource.RLIMIT_FSIZE, config.get("file_bytes"))
     _limit(resource.RLIMIT_CORE, 0)
+    libc = ctypes.CDLL(None, use_errno=True)
+    mounts = facts["pid_namespace"] and _private_mounts(libc)
     uid, gid = config.get("uid"), config.get("gid")
-    if uid is not None and os.geteuid() == 0:
+    dropping = uid is not None and os.geteuid() == 0
+    exposed = True
+    if dropping:
+        mounts = mounts or _private_mounts(libc)
+        exposed = bool(mounts) and _expose_python(libc)
+    facts["mount_namespace"] = bool(mounts) and exposed
+    if facts["pid_namespace"] and mounts:
+        facts["read_only_files"] = _read_only_files(libc, config["workdir"])
+    if dropping:
         _limit(resource.RLIMIT_NPROC, config.get("max_processes"))
-        facts["mount_namespace"] = _expose_python(ctypes.CDLL(None, use_errno=True))
         os.setgroups([])
         os.setgid(gid)
         os.setuid(uid)
