@@ -14,18 +14,29 @@ from typing import Any
 import torch
 
 MAX_DEPTH = 8
+MAX_ITEMS = 100_000
 
 
 class NotPlainData(ValueError):
     """An output holds something other than tensors, numbers, strings and containers."""
 
 
-def validate_plain(value: Any, path: str = "output", depth: int = 0) -> Any:
+def validate_plain(value: Any, path: str = "output") -> Any:
     """Check that ``value`` is plain data and return it with plain ``torch.Tensor`` leaves.
 
     Accepted: strided tensors, ``bool``/``int``/``float``/``str``/``None`` and lists,
-    tuples and dicts with string keys of those. Raises :class:`NotPlainData`.
+    tuples and dicts with string keys of those, at most ``MAX_DEPTH`` deep and
+    ``MAX_ITEMS`` items in all (counting shared items each time they appear, so a
+    pickle that reuses one list a million times cannot make a huge tree). Raises
+    :class:`NotPlainData`.
     """
+    return _validate(value, path, 0, [0])
+
+
+def _validate(value: Any, path: str, depth: int, count: list[int]) -> Any:
+    count[0] += 1
+    if count[0] > MAX_ITEMS:
+        raise NotPlainData(f"the output holds more than {MAX_ITEMS} items")
     if depth > MAX_DEPTH:
         raise NotPlainData(f"{path} is nested more than {MAX_DEPTH} levels deep")
     if isinstance(value, torch.Tensor):
@@ -35,12 +46,12 @@ def validate_plain(value: Any, path: str = "output", depth: int = 0) -> Any:
     if value is None or type(value) in (bool, int, float, str):
         return value
     if type(value) in (list, tuple):
-        items = (validate_plain(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value))
+        items = (_validate(v, f"{path}[{i}]", depth + 1, count) for i, v in enumerate(value))
         return type(value)(items)
     if type(value) is dict:
         if not all(type(k) is str for k in value):
             raise NotPlainData(f"{path} is a dict with non-string keys")
-        return {k: validate_plain(v, f"{path}[{k!r}]", depth + 1) for k, v in value.items()}
+        return {k: _validate(v, f"{path}[{k!r}]", depth + 1, count) for k, v in value.items()}
     raise NotPlainData(f"{path} is a {type(value).__name__}, not a tensor or a number")
 
 

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,21 @@ def _job_bytes(config: dict, payload: dict) -> bytes:
     return HEADER.pack(len(header)) + header + buffer.getvalue()
 
 
+def _stored_and_small(record: bytes) -> bool:
+    """A ``torch.save`` archive whose entries are stored (not compressed) and small.
+
+    Checked before ``torch.load``, so a forged record cannot inflate into gigabytes.
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(record)) as archive:
+            entries = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return False
+    return all(e.compress_type == zipfile.ZIP_STORED for e in entries) and (
+        sum(e.file_size for e in entries) <= MAX_RECORD
+    )
+
+
 class _Session:
     """Parse the child's records and keep the deadlines (single-threaded)."""
 
@@ -224,6 +240,8 @@ class _Session:
     def handle(self, record: bytes) -> None:
         import torch
 
+        if not _stored_and_small(record):
+            return
         try:
             event = torch.load(io.BytesIO(record), weights_only=True)
         except Exception:
