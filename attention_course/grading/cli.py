@@ -138,9 +138,10 @@ def _grade_one(path: Path, name: str, args: argparse.Namespace, limits: Limits):
 
     try:
         return grade_notebook(path, exercise=args.exercise, limits=limits, name=name)
-    except GraderError as error:
-        return SubmissionResult(name, str(path), None, 0, 0, [], error=f"grader error: {error}",
-                                grader_error=True)
+    except Exception as error:  # a grader failure: record it, finish the batch, exit 1
+        kind = "" if isinstance(error, GraderError) else f"{type(error).__name__}: "
+        return SubmissionResult(name, str(path), None, 0, 0, [],
+                                error=f"grader error: {kind}{error}", grader_error=True)
 
 
 def run_grade(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+import re
 
 from attention_course.grading import exercises as _exercises_pkg
 from attention_course.grading.spec import Exercise
@@ -27,8 +28,24 @@ def all_exercises() -> dict[str, Exercise]:
     return found
 
 
+@functools.cache
 def get_exercise(exercise_id: str) -> Exercise:
-    """The exercise with this id (e.g. ``"01_attention_pooling"``)."""
+    """The exercise with this id (e.g. ``"01_attention_pooling"``).
+
+    Imports only ``exercises/ex<id>.py`` when it exists, so a broken spec of another
+    chapter cannot break this exercise's checks; otherwise searches every spec.
+    """
+    name = f"{_exercises_pkg.__name__}.ex{exercise_id}"
+    if re.fullmatch(r"[0-9]{2}_[a-z0-9_]+", exercise_id):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name != name:
+                raise
+        else:
+            exercise = getattr(module, "EXERCISE", None)
+            if isinstance(exercise, Exercise) and exercise.id == exercise_id:
+                return exercise
     exercises = all_exercises()
     if exercise_id not in exercises:
         known = ", ".join(sorted(exercises)) or "none"

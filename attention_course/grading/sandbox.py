@@ -202,8 +202,8 @@ class _Session:
     """Parse the child's records and keep the deadlines (single-threaded)."""
 
     def __init__(self, nonce: str, questions: list[dict], limits: Limits, budget: float,
-                 time_limits: dict[str, float]) -> None:
-        self.nonce = nonce
+                 time_limits: dict[str, float], workdir: str) -> None:
+        self.nonce, self.workdir = nonce, workdir
         self.pending = {q["id"] for q in questions}
         self.limits, self.budget, self.time_limits = limits, budget, time_limits
         self.attempt = Attempt()
@@ -248,6 +248,9 @@ class _Session:
             return  # not ours: ignore
         if type(event) is not dict or event.get("nonce") != self.nonce:
             return
+        for key in ("error", "message"):  # the random folder name would vary between runs
+            if type(event.get(key)) is str:
+                event[key] = event[key].replace(self.workdir, "<workdir>")
         kind, now, a = event.get("event"), time.monotonic(), self.attempt
         if kind == "ready" and not a.ready:
             facts = event.get("isolation")
@@ -336,7 +339,7 @@ def run_child(
     }
     job = _job_bytes(config, {"cells": cells, "questions": questions})
     read_fd, write_fd = os.pipe()
-    session = _Session(nonce, questions, limits, budget, time_limits)
+    session = _Session(nonce, questions, limits, budget, time_limits, work)
     try:
         proc = subprocess.Popen(
             [sys.executable, "-I", "-B", DRIVER, str(write_fd)],
@@ -358,12 +361,7 @@ def run_child(
     drain.start()
     attempt = session.attempt
     try:
-        try:
-            assert proc.stdin is not None
-            proc.stdin.write(job)
-            proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass
+        threading.Thread(target=_feed, args=(proc.stdin, job), daemon=True).start()
         attempt.end = _pump(read_fd, proc, session)
     finally:
         _kill_everything(proc, token, bool(attempt.isolation.get("pid_namespace")))
@@ -371,7 +369,7 @@ def run_child(
         drain.join(timeout=2)
         os.close(read_fd)
         shutil.rmtree(base, ignore_errors=True)
-    attempt.output = drain.text()
+    attempt.output = drain.text().replace(work, "<workdir>")
     status = proc.returncode
     attempt.exit_status = 128 - status if status is not None and status < 0 else status
     attempt.elapsed = time.monotonic() - (session.ready_at or session.started)
@@ -381,6 +379,15 @@ def run_child(
             + attempt.output[-3000:]
         )
     return attempt
+
+
+def _feed(stream: Any, job: bytes) -> None:
+    """Write the job to the child's stdin (in a thread: a stuck child cannot block us)."""
+    try:
+        stream.write(job)
+        stream.close()
+    except (BrokenPipeError, OSError, ValueError):
+        pass
 
 
 def _pump(read_fd: int, proc: subprocess.Popen, session: _Session) -> str:
