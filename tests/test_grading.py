@@ -179,3 +179,25 @@ def test_case_to_plain_holds_only_data():
     plain = case.to_plain()
     assert set(plain) == {"args", "kwargs", "init_args", "init_kwargs", "params"}
     validate_plain(plain)
+
+
+def test_not_a_regular_file_is_refused(tmp_path):
+    import os
+
+    from attention_course.grading.grader import grade_notebook
+
+    fifo = tmp_path / f"pipe_{EX}.ipynb"
+    os.mkfifo(fifo)
+    record = grade_notebook(fifo)
+    assert record.score == 0 and "not a regular file" in record.error
+    assert record.max_score == get_exercise(EX).max_score
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_check_accepts_answers_computed_on_the_gpu():
+    def gaussian_weights(q, k, h):
+        return kr.attention_weights(q.cuda(), k.cuda(), h)
+
+    (r,) = run_checks(EX, gaussian_weights)
+    assert r.passed, r.message

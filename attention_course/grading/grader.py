@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,10 @@ class SubmissionError(ValueError):
 def read_notebook(path: Path) -> dict[str, Any]:
     """The notebook's JSON, checked to have the shape of an nbformat 4 notebook."""
     try:
-        size = path.stat().st_size
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise SubmissionError("the submission is not a regular file")
+        size = info.st_size
         if size > MAX_NOTEBOOK_BYTES:
             raise SubmissionError(f"the notebook file is too large ({size >> 20} MB)")
         with open(path, "rb") as f:
