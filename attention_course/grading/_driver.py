@@ -365,7 +365,7 @@ def _stub_grading_package(forbidden: list[str]) -> None:
     sys.meta_path.insert(0, Forbidden)
 
 
-_MAGIC = re.compile(r"^(\s*)[%!].*$", re.MULTILINE)
+_MAGIC = re.compile(r"^([ \t]*)[%!].*$", re.MULTILINE)
 
 
 def strip_magics(source: str) -> str:
