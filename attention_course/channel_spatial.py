@@ -12,7 +12,8 @@ same shape: ``x`` times attention weights in ``(0, 1)``. The weights broadcast a
 
 Call a block with ``return_weights=True`` to get ``(output, weights)``; every block also
 keeps the weights of its latest call, detached, in ``last_weights`` for plotting.
-Following the papers' formulas, the layers have no bias terms.
+The channel MLPs have no biases, as in the papers' formulas; the spatial convolution has
+one (the CBAM authors' code follows it with batch normalisation, whose shift does that job).
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ class SpatialAttention(_Attention):
 
     ``M_s = sigmoid(conv([mean_c x ; max_c x]))``: the channel-wise average and maximum
     maps, stacked as two channels, go through one ``kernel_size x kernel_size``
-    convolution (zero padding keeps ``H x W``). Works for any ``C``. Weights
+    convolution with a bias (zero padding keeps ``H x W``). Works for any ``C``. Weights
     ``(B, 1, H, W)``.
     """
 
@@ -133,7 +134,7 @@ class SpatialAttention(_Attention):
         if kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be a positive odd number, got {kernel_size}")
         self.kernel_size = kernel_size
-        self.conv = nn.Conv2d(2, 1, kernel_size, padding=kernel_size // 2, bias=True)
+        self.conv = nn.Conv2d(2, 1, kernel_size, padding=kernel_size // 2)
 
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W)`` -> ``(B, 1, H, W)``."""
