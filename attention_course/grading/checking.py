@@ -15,7 +15,13 @@ from typing import Any
 
 from attention_course.grading._driver import call_case, describe_error, to_plain
 from attention_course.grading.registry import get_exercise
-from attention_course.grading.results import QuestionResult, evaluate, explain_error, result
+from attention_course.grading.results import (
+    QuestionResult,
+    evaluate,
+    explain_error,
+    result,
+    wrap_indented,
+)
 from attention_course.grading.spec import Case, Exercise, Question
 
 
@@ -128,7 +134,8 @@ def check(exercise_id: str, *targets: Any) -> None:
     except KeyboardInterrupt:
         raise
     except BaseException as error:  # noqa: B036
-        print(f"check could not run: {describe_error(error)}")
+        print("check could not run:")
+        print("\n".join(wrap_indented(describe_error(error))))
         return
     for r in results:
         print(r.line())

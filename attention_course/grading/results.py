@@ -6,6 +6,7 @@ they come from ``check(...)`` in the learner's kernel or from the grader's child
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,6 +22,21 @@ STATUSES = (
     "timeout",  # did not finish in time
     "crashed",  # the process running it ended or was killed
 )
+
+
+WIDTH = 76  # a rendered code-output box shows 77 characters at 1280 px, 89 from 1440 px
+INDENT = "    "
+
+
+def wrap_indented(text: str, indent: str = INDENT, width: int = WIDTH) -> list[str]:
+    """``text`` as lines of at most ``width`` characters, each starting with ``indent``
+    (continuation lines of a paragraph get two more spaces)."""
+    lines = []
+    for paragraph in text.splitlines() or [""]:
+        lines += textwrap.wrap(paragraph, width, initial_indent=indent,
+                               subsequent_indent=indent + "  ",
+                               break_on_hyphens=False) or [indent.rstrip()]
+    return lines
 
 
 @dataclass(frozen=True)
@@ -42,13 +58,15 @@ class QuestionResult:
         return asdict(self)
 
     def line(self, show_hint: bool = True) -> str:
+        """A short first line (mark, id, symbol, points), then the message and the hint
+        wrapped onto indented lines of at most ``WIDTH`` characters."""
         mark = "PASS" if self.passed else "FAIL" if self.status == "failed" else "----"
-        text = f"[{mark}] {self.id} `{self.symbol}`: {self.points}/{self.max_points} points"
+        lines = [f"[{mark}] {self.id} `{self.symbol}`: {self.points}/{self.max_points} points"]
         if not self.passed:
-            text += f" -- {self.message}"
+            lines += wrap_indented(self.message)
             if show_hint and self.hint and self.status in ("failed", "error"):
-                text += f"\n       hint: {self.hint}"
-        return text
+                lines += wrap_indented(f"hint: {self.hint}")
+        return "\n".join(lines)
 
 
 @dataclass
