@@ -15,7 +15,7 @@ from attention_course.grading import run_checks
 from attention_course.grading.grader import grade_notebook
 from attention_course.grading.make_learner import dumps, learner_notebook
 from attention_course.grading.registry import all_exercises
-from attention_course.grading.sandbox import Limits
+from attention_course.grading.sandbox import ForkServer, Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = sorted(all_exercises())
@@ -75,14 +75,20 @@ def test_learner_version_runs_and_checks_say_not_implemented(exercise_id, capsys
     assert "not implemented yet" in capsys.readouterr().out
 
 
+@pytest.fixture(scope="module")
+def server():
+    with ForkServer() as started:
+        yield started
+
+
 @pytest.mark.parametrize("exercise_id", EXERCISES)
-def test_grader_solution_full_marks_learner_zero(exercise_id):
+def test_grader_solution_full_marks_learner_zero(exercise_id, server):
     solution, learner = _paths(exercise_id)
-    good = grade_notebook(solution, limits=LIMITS)
+    good = grade_notebook(solution, limits=LIMITS, server=server)
     assert good.exercise == exercise_id and good.error is None
     assert good.score == good.max_score > 0, [q.message for q in good.questions]
     assert good.notebook_errors == []
-    empty = grade_notebook(learner, limits=LIMITS)
+    empty = grade_notebook(learner, limits=LIMITS, server=server)
     assert empty.score == 0 and empty.max_score == good.max_score
     assert all(q.status == "not_implemented" for q in empty.questions)
     assert all("not implemented" in q.message for q in empty.questions)

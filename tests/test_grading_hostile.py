@@ -10,12 +10,16 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
+import shutil
+import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from grading_helpers import EXERCISE, learner_cells, solution_cells, write_notebook
+from grading_helpers import EXERCISE, SOLUTION, learner_cells, solution_cells, write_notebook
 
 from attention_course.grading.cli import main as grade_main
 
@@ -82,13 +86,14 @@ def _submissions(folder: Path, out: Path) -> dict[str, Path]:
         "write_out": [
             *stubs,
             f"import pathlib\nout = pathlib.Path({str(out)!r})\n"
-            "for name in ('gradebook.csv', 'write_out.json', 'solution.json'):\n"
+            "for name in ('gradebook.csv', 'write_out/01_attention_pooling.json',\n"
+            "             'solution/01_attention_pooling.json'):\n"
             "    try:\n"
             "        (out / name).write_text('write_out,10,10\\n')\n"
             "    except OSError as e:\n"
             "        print(e)\n",
         ],
-        "forge_channel": [setup, "import os, sys\nos.write(int(sys.argv[1]), b'\\xff' * 64)\n",
+        "forge_channel": [setup, "import os\nos.write(3, b'\\xff' * 64)\n",
                           *sol[1:]],
         "forge_record": [
             *stubs,
@@ -97,7 +102,7 @@ def _submissions(folder: Path, out: Path) -> dict[str, Path]:
             "torch.save({'nonce': 'guess', 'event': 'q_result', 'id': 'q4_bandwidth', "
             "'outputs': [0.1, 0.5, 0.2]}, b)\n"
             "data = b.getvalue()\n"
-            "os.write(int(sys.argv[1]), struct.pack('!I', len(data)) + data)\n",
+            "os.write(3, struct.pack('!I', len(data)) + data)\n",
         ],
         "nonce_hunt": [
             *stubs,
@@ -129,6 +134,50 @@ def _submissions(folder: Path, out: Path) -> dict[str, Path]:
             "from attention_course.grading.exercises import ex01_attention_pooling\n",
             *stubs[3:],
         ],
+        "find_solutions": [
+            *stubs,
+            # walk the machine for any exercise notebook (the course's solutions, a
+            # classmate's submission) and run the first one that defines the answers
+            "import json, os\n"
+            "found = []\n"
+            "for top, dirs, files in os.walk('/'):\n"
+            "    if top.startswith(('/proc', '/sys')):\n"
+            "        dirs[:] = []\n"
+            "        continue\n"
+            "    found += [os.path.join(top, f) for f in files\n"
+            "              if f.endswith('.ipynb') and 'attention_pooling' in f]\n"
+            "print('found:', found)\n"
+            "for path in found:\n"
+            "    cells = json.load(open(path))['cells']\n"
+            "    try:\n"
+            "        for c in cells:\n"
+            "            if c['cell_type'] == 'code':\n"
+            "                exec(''.join(c['source']), globals())\n"
+            "    except Exception as e:\n"
+            "        print(path, e)\n",
+            f"print(os.path.exists({str(folder)!r}), os.path.exists({str(out)!r}))\n",
+        ],
+        "read_specs": [
+            *stubs,
+            "import os, attention_course\n"
+            "specs = os.path.join(os.path.dirname(attention_course.__file__), 'grading',\n"
+            "                     'exercises')\n"
+            "print('specs:', sorted(os.listdir(specs)))\n",
+        ],
+        "mmap_hog": [setup, "import mmap\nm = mmap.mmap(-1, 8 << 30)\n"
+                     "for i in range(0, 8 << 30, 4096):\n    m[i] = 1\n", *stubs[1:]],
+        "scratch_hog": [
+            setup,
+            "import os\nfor folder in (os.environ['HOME'], '/dev/shm'):\n"
+            "    for i in range(8000):\n"
+            "        try:\n"
+            "            with open(os.path.join(folder, f'f{i}'), 'wb') as f:\n"
+            "                f.write(b'x' * (1 << 20))\n"
+            "        except OSError as e:\n"
+            "            print(folder, i, 'MB:', e)\n"
+            "            break\n",
+            *stubs[1:],
+        ],
         "evil_objects": [
             setup,
             "class Liar:\n    def __eq__(self, other):\n        return True\n"
@@ -158,19 +207,42 @@ def _marked_processes() -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def batch(tmp_path_factory):
+def planted_solution():
+    """A world-readable copy of the course's solution, as on a shared machine."""
+    top = Path(tempfile.mkdtemp(prefix="course-copy-"))
+    target = top / "exercises" / "solutions" / f"{EXERCISE}.ipynb"
+    target.parent.mkdir(parents=True)
+    shutil.copy(SOLUTION, target)
+    for path in (top, top / "exercises", target.parent):
+        path.chmod(0o755)
+    target.chmod(0o644)
+    yield target
+    shutil.rmtree(top)
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory, planted_solution):
     folder = tmp_path_factory.mktemp("submissions")
     out = tmp_path_factory.mktemp("gradebook")
     paths = _submissions(folder, out)
-    args = [*map(str, paths.values()), "--json", "--out", str(out), "--timeout", str(TIMEOUT),
-            "--question-timeout", "3", "--jobs", "2"]
+    args = [str(folder), "--json", "--out", str(out), "--timeout", str(TIMEOUT),
+            "--question-timeout", "3", "--jobs", "2", "--student-from", "file"]
     start = time.monotonic()
     status = grade_main(args)
     elapsed = time.monotonic() - start
-    records = {json.loads((out / f"{name}.json").read_text())["submission"]:
-               json.loads((out / f"{name}.json").read_text()) for name in paths}
+    records = {name: json.loads((out / _student(name) / f"{EXERCISE}.json").read_text())
+               for name in paths}
     return {"status": status, "elapsed": elapsed, "out": out, "records": records,
             "paths": paths}
+
+
+def _student(name: str) -> str:
+    """The student a submission's file name gives with ``--student-from file``."""
+    return name.replace(EXERCISE, "").strip("_") or name
+
+
+def _feedback(batch, name: str) -> str:
+    return (batch["out"] / _student(name) / f"{EXERCISE}.feedback.txt").read_text()
 
 
 def _questions(record):
@@ -181,11 +253,12 @@ def test_batch_completes_with_a_complete_gradebook(batch):
     assert batch["status"] == 0
     with open(batch["out"] / "gradebook.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [r["submission"] for r in rows] == list(batch["paths"])
+    assert [r["student"] for r in rows] == sorted(_student(n) for n in batch["paths"])
+    assert {r["exercise"] for r in rows} == {EXERCISE}
     assert len(rows) >= 20
     assert batch["elapsed"] < 20 * TIMEOUT / 2  # well under 20 x the per-submission timeout
     for name in batch["paths"]:
-        assert (batch["out"] / f"{name}.feedback.txt").exists()
+        assert _feedback(batch, name)
 
 
 def test_solution_full_marks_learner_zero(batch):
@@ -247,7 +320,7 @@ def test_no_process_left_behind(batch):
 
 def test_output_flood_is_capped(batch):
     assert batch["records"]["flood"]["score"] == 0
-    feedback = (batch["out"] / "flood.feedback.txt").read_text()
+    feedback = _feedback(batch, "flood")
     assert len(feedback) < 200_000 and "more bytes of output not kept" in feedback
 
 
@@ -259,12 +332,12 @@ def test_memory_hog_hits_the_limit(batch):
 
 def test_writing_into_the_output_folder_changes_nothing(batch):
     out = batch["out"]
-    assert json.loads((out / "solution.json").read_text())["score"] == 10
-    assert json.loads((out / "write_out.json").read_text())["score"] == 0
+    assert batch["records"]["solution"]["score"] == 10
+    assert batch["records"]["write_out"]["score"] == 0
     assert "write_out,10,10" not in (out / "gradebook.csv").read_text()
-    if batch["records"]["write_out"]["isolation"].get("read_only_files"):
-        feedback = (out / "write_out.feedback.txt").read_text()
-        assert feedback.count("Read-only file system") + feedback.count("Permission denied") == 3
+    if batch["records"]["write_out"]["isolation"].get("file_system_hidden"):
+        feedback = _feedback(batch, "write_out")
+        assert feedback.count("No such file or directory") == 3
 
 
 def test_forged_channel_data_earns_nothing(batch):
@@ -299,6 +372,35 @@ def test_reference_is_out_of_reach(batch):
     assert "ModuleNotFoundError" in errors
 
 
+def test_no_solution_and_no_classmate_is_in_sight(batch, planted_solution):
+    record = batch["records"]["find_solutions"]
+    if sys.platform == "linux" and os.geteuid() == 0:
+        assert record["isolation"]["file_system_hidden"]
+    if record["isolation"].get("file_system_hidden"):
+        assert record["score"] == 0
+        feedback = _feedback(batch, "find_solutions")
+        assert "found: []" in feedback
+        assert "False False" in feedback  # neither the class folder nor the gradebook
+        assert "specs: []" in _feedback(batch, "read_specs")
+
+
+def test_memory_beyond_the_data_limit_is_stopped(batch):
+    """Shared anonymous memory escapes RLIMIT_DATA; the resident-memory watch catches it."""
+    record = batch["records"]["mmap_hog"]
+    assert record["score"] == 0
+    assert all("memory limit" in q["message"] for q in record["questions"])
+
+
+def test_scratch_space_is_small(batch):
+    record = batch["records"]["scratch_hog"]
+    assert record["score"] == 0
+    if record["isolation"].get("file_system_hidden"):
+        feedback = _feedback(batch, "scratch_hog")
+        assert feedback.count("No space left on device") == 2
+        sizes = [int(m) for m in re.findall(r" (\d+) MB: ", feedback)]
+        assert len(sizes) == 2 and max(sizes) <= 64
+
+
 def test_objects_are_never_trusted(batch):
     record = _questions(batch["records"]["evil_objects"])
     assert record["q1_weights"]["status"] == "error" and "Liar" in record["q1_weights"]["message"]
@@ -324,21 +426,27 @@ def test_grading_twice_gives_the_same_gradebook(tmp_path):
     for run in ("one", "two"):
         out = tmp_path / run
         assert grade_main([*map(str, paths), "--out", str(out), "--jobs", "2",
-                           "--timeout", str(TIMEOUT)]) == 0
-        outputs.append({p.name: p.read_text() for p in sorted(out.iterdir())
-                        if p.suffix in (".csv", ".json")})
+                           "--timeout", str(TIMEOUT), "--student-from", "file"]) == 0
+        outputs.append({p.relative_to(out).as_posix(): p.read_text()
+                        for p in sorted(out.rglob("*")) if p.suffix in (".csv", ".json")})
     assert outputs[0] == outputs[1]
-    assert len(outputs[0]) == 5
+    assert len(outputs[0]) == 6
 
 
 def test_fallback_without_namespaces(tmp_path):
     """Where namespaces are unavailable: the process group, the environment token and the
     socket patch still leave nothing behind and keep the network out."""
     from attention_course.grading.grader import grade_notebook
-    from attention_course.grading.sandbox import Limits
+    from attention_course.grading.sandbox import GraderError, Limits
 
     paths = _submissions(tmp_path, tmp_path / "out")
     limits = Limits(timeout=TIMEOUT, question_timeout=3, namespaces=False)
+    if os.geteuid() == 0 and not _readable_by_nobody(sys.base_prefix):
+        # as root the child runs as nobody; with no mount namespace to show it Python
+        # (here in a private folder) the grader must say so, not hand out zeros
+        with pytest.raises(GraderError, match="cannot read .* run the grader as a normal user"):
+            grade_notebook(paths["solution"], limits=limits)
+        return
     for name, score in [("solution", 10), ("background", 0), ("os_exit_in_q2", 8),
                         ("evil_objects", 0)]:
         record = grade_notebook(paths[name], limits=limits)
@@ -347,6 +455,12 @@ def test_fallback_without_namespaces(tmp_path):
         if name == "evil_objects":
             assert any("network is disabled" in e for e in record.notebook_errors)
     assert _marked_processes() == []
+
+
+def _readable_by_nobody(path: str) -> bool:
+    """Whether every folder on the way to ``path`` lets other users in."""
+    parts = Path(path).resolve().parts
+    return all(os.stat(Path(*parts[:i])).st_mode & 0o001 for i in range(2, len(parts) + 1))
 
 
 def test_main_command_has_grade(tmp_path, capsys):

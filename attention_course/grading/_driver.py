@@ -1,21 +1,30 @@
-"""The trusted driver of the grading child process, and the one calling procedure.
+"""The trusted side of the grading child: a fork server, the sandbox, and the one calling procedure.
 
-The grader's parent runs this file as a script (``python -I -B _driver.py FD``) in a fresh
-process group. It reads its whole job from stdin before any submission code runs: a JSON
-header (sandbox settings, the nonce) and a ``torch.save`` payload (the notebook's code
-cells, the questions' call specs and their inputs). Then it moves into new network and
-PID namespaces (the PID namespace dies with its first process, so nothing the submission
-starts can outlive it): directly as root, inside a new user namespace as a normal user
-where the kernel allows that. It sets resource limits, drops to ``nobody`` when root,
-executes the notebook's code cells and calls the learner's code on
-each case. Every event goes to the parent through the pipe ``FD`` as a length-prefixed
-``torch.save`` record of plain data.
+The grader's parent starts this file as a script (``python -I -B _driver.py FD``): the
+**fork server**. It imports torch once (starting Python and torch is most of the cost of
+a fresh process, about 3 s) and then waits on the control socket ``FD``. For every
+submission the parent sends three file descriptors (the job to read, the channel for
+records, the output) and the server forks a fresh **child** for it. The server never runs
+submission code and never reads a job; each child runs exactly one submission and is
+never reused.
 
-The submission runs in this same process and could tamper with anything here: that is
+The child reads its whole job from stdin before any submission code runs: a JSON header
+(sandbox settings, the nonce) and a ``torch.save`` payload (the notebook's code cells, the
+questions' call specs and their inputs). Then it enters the sandbox (:func:`enter_sandbox`):
+new network, IPC, mount and PID namespaces (directly as root, inside a new user namespace
+as a normal user where the kernel allows that), a **new root file system** that holds only
+what running a notebook needs (the Python runtime and installed packages, the course's
+package without its exercise specifications, a small size-limited scratch folder), limits,
+and no privileges (the user ``nobody`` when root, no capabilities otherwise). It executes
+the notebook's code cells and calls the learner's code on each case. Every event goes to
+the parent through file descriptor 3 as a length-prefixed ``torch.save`` record of plain
+data.
+
+The submission runs in the child process and could tamper with anything in it: that is
 fine, because the parent trusts nothing it receives. It loads every record with
 ``weights_only=True``, accepts only plain tensors and numbers, and compares them with
 answers it computed itself. This file imports only the standard library and torch, and
-never the question specs, so the child process holds no reference answers.
+never the question specs, so no process of the sandbox holds reference answers.
 """
 
 from __future__ import annotations
@@ -25,35 +34,48 @@ import ctypes
 import io
 import json
 import os
+import platform
 import re
 import signal
 import struct
 import sys
+import traceback
 import types
 
 HEADER = struct.Struct("!I")
-CLONE_NEWNET = 0x40000000
-CLONE_NEWPID = 0x20000000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWNS = 0x00020000
-MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
-MOUNT_FLAGS = {"nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1024, "nodiratime": 2048,
-               "relatime": 1 << 21}
-PR_SET_PDEATHSIG = 1
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 4096, 8192, 16384, 1 << 18
+MOUNT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": 1024,
+               "nodiratime": 2048, "relatime": 1 << 21}
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SYS_PIVOT_ROOT = {"x86_64": 155, "amd64": 155, "aarch64": 41, "arm64": 41, "riscv64": 41,
+                  "ppc64le": 203, "ppc64": 203, "s390x": 217, "i686": 217, "armv7l": 218}
 MAX_MESSAGE = 500
+RECORD_FD = 3
+# What a notebook needs from the system besides Python: libraries, configuration, CPU facts.
+SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+                "/sys/devices/system/cpu")
+DEVICES = ("null", "zero", "full", "random", "urandom")
+SCRATCH = "/tmp"
+SHM_BYTES = 16 << 20
 
 
 # --------------------------------------------------------------------------- calling
-def clone_inputs(value):
-    """A fresh copy of plain inputs, so one call cannot change the next call's inputs."""
+def clone_inputs(value, device: str | None = None):
+    """A fresh copy of plain inputs (on ``device`` if given), so one call cannot change
+    the next call's inputs."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value.clone()
+        return value.clone() if device is None else value.to(device, copy=True)
     if isinstance(value, (list, tuple)):
-        return type(value)(clone_inputs(v) for v in value)
+        return type(value)(clone_inputs(v, device) for v in value)
     if isinstance(value, dict):
-        return {k: clone_inputs(v) for k, v in value.items()}
+        return {k: clone_inputs(v, device) for k, v in value.items()}
     return value
 
 
@@ -78,12 +100,15 @@ def _load_param(obj, name: str, value) -> None:
         target.copy_(value)
 
 
-def call_case(target, kind: str, method: str, case: dict):
-    """Call ``target`` (a function, or a class for ``kind == "module"``) on one case."""
-    case = clone_inputs(case)
-    if kind == "function":
+def call_case(target, call: str, method: str, case: dict, device: str | None = None):
+    """Call ``target`` (a function, or a class for ``call == "module"``) on one case; with
+    ``device``, the inputs (and a module) are moved there first."""
+    case = clone_inputs(case, device)
+    if call == "function":
         return target(*case["args"], **case["kwargs"])
     obj = target(*case["init_args"], **case["init_kwargs"])
+    if device is not None and hasattr(obj, "to"):
+        obj = obj.to(device)
     for name, value in case["params"].items():
         _load_param(obj, name, value)
     fn = obj if method == "forward" else getattr(obj, method)
@@ -123,10 +148,13 @@ def describe_error(error: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- sandbox
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _unshare(flags: int) -> bool:
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.unshare(flags) == 0
+        return _libc().unshare(flags) == 0
     except (OSError, AttributeError):
         return False
 
@@ -146,7 +174,7 @@ def _map_self(uid: int, gid: int) -> bool:
 
 
 def _enter_user_namespace() -> bool:
-    """As a normal user: a user namespace, so that network and PID namespaces are allowed.
+    """As a normal user: a user namespace, so that the other namespaces are allowed.
 
     Probed in a throwaway child first, because a half-made user namespace cannot be left.
     """
@@ -160,7 +188,7 @@ def _enter_user_namespace() -> bool:
 
 def _die_with_parent() -> None:
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
 
@@ -183,94 +211,151 @@ def _guard(pid: int) -> None:
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
-def _reachable(path: str) -> bool:
-    """Whether every directory on the way to ``path`` lets others traverse it."""
-    import stat
-
-    parts = os.path.abspath(path).split(os.sep)
-    for i in range(2, len(parts) + 1):
-        prefix = os.sep.join(parts[:i]) or os.sep
-        try:
-            if not os.stat(prefix).st_mode & stat.S_IXOTH:
-                return False
-        except OSError:
-            return False
-    return True
-
-
-def _private_mounts(libc) -> bool:
-    """A mount namespace of our own, whose changes do not propagate back."""
-    return (
-        libc.unshare(CLONE_NEWNS) == 0
-        and libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0
-    )
+def _mount(source: str | None, target: str, fstype: str | None = None, flags: int = 0,
+           data: str | None = None) -> None:
+    """``mount(2)``; raises OSError naming the target."""
+    enc = (lambda s: None if s is None else s.encode())
+    if _libc().mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {fstype or 'bind'} on {target}: {os.strerror(errno)}")
 
 
 def _unescape(path: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
 
 
-def _read_only_files(libc, writable: str) -> bool:
-    """Remount every file system read-only, except ``writable`` (bound onto itself).
+def runtime_paths(package_dir: str | None) -> dict[str, str]:
+    """What the child must see, as ``{path as Python names it: real path}``.
 
-    ``/proc``, ``/sys`` and ``/dev`` (but not ``/dev/shm``) are left alone. Flags the
-    kernel locks (nosuid, nodev, noexec, atime) are kept, as a user namespace requires.
+    The interpreter's prefixes and every existing entry of ``sys.path`` (the standard
+    library, site-packages), plus the course's package folder when it lives outside them
+    (an editable install or a source checkout: only the package folder, never the
+    repository around it, which holds the reference solutions).
     """
-    if libc.mount(writable.encode(), writable.encode(), None, MS_BIND | MS_REC, None) != 0:
-        return False
-    skip = ("/proc", "/sys", "/dev")
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    named = [sys.prefix, sys.base_prefix, sys.exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable))]
+    for entry in sys.path:
+        real = os.path.realpath(entry) if entry else ""
+        if real and os.path.exists(real) and any(
+            real == p or real.startswith(p + os.sep) for p in prefixes
+        ):
+            named.append(entry)
+    if package_dir:
+        named.append(package_dir)
+    paths = {}
+    for path in named:
+        path = os.path.abspath(path)
+        if os.path.exists(path):
+            paths[path] = os.path.realpath(path)
+            paths[os.path.realpath(path)] = os.path.realpath(path)
+    return paths
+
+
+def _bind(new_root: str, path: str, source: str) -> None:
+    """Bind ``source`` at ``path`` inside ``new_root`` (directories and plain files)."""
+    target = new_root + path
+    if os.path.isdir(source):
+        os.makedirs(target, mode=0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        if not os.path.exists(target):
+            with open(target, "w"):
+                pass
+    _mount(source, target, None, MS_BIND | MS_REC)
+
+
+def _covered(path: str, bound: list[str]) -> bool:
+    return any(path == b or path.startswith(b.rstrip("/") + "/") for b in bound)
+
+
+def _read_only(new_root: str, keep_writable: tuple[str, ...]) -> bool:
+    """Remount every mount under ``new_root`` read-only and nosuid, except ``keep_writable``.
+
+    Flags the kernel locks in a user namespace (nodev, noexec, atime) are kept.
+    """
     ok = True
     with open("/proc/self/mountinfo") as f:
         lines = f.read().splitlines()
     for line in lines:
         fields = line.split()
         point, options = _unescape(fields[4]), fields[5].split(",")
-        if point == writable or point.startswith(writable + "/"):
+        if not _covered(point, [new_root]):
             continue
-        if any(point == s or point.startswith(s + "/") for s in skip) and not point.startswith(
-            "/dev/shm"
-        ):
+        inside = point[len(new_root):] or "/"
+        if any(inside == k or inside.startswith(k + "/") for k in keep_writable):
             continue
-        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID
         for option in options:
             flags |= MOUNT_FLAGS.get(option, 0)
-        if libc.mount(None, point.encode(), None, flags, None) != 0:
+        try:
+            _mount(None, point, None, flags)
+        except OSError:
             ok = False
     return ok
 
 
-def _expose_python(libc) -> bool:
-    """In a private mount namespace, make the interpreter readable for the sandbox user.
+def _pivot(new_root: str) -> None:
+    """Make ``new_root`` the root of this mount namespace and drop the old one entirely."""
+    os.chdir(new_root)
+    number = SYS_PIVOT_ROOT.get(platform.machine())
+    if number is not None and _libc().syscall(number, b".", b".") == 0:
+        if _libc().umount2(b".", MNT_DETACH) != 0:
+            raise OSError(ctypes.get_errno(), "could not detach the old root")
+    else:  # an architecture without a known syscall number: move the mount onto / instead
+        _mount(new_root, "/", None, MS_MOVE)
+        os.chroot(".")
+    os.chdir("/")
 
-    Python may live under a directory only root can enter (``/root/.pyenv``). Each such
-    directory is covered with an empty tmpfs, and only the paths the child needs (the
-    interpreter, its libraries, the package) are bound back into it; the rest stays hidden.
+
+def build_root(config: dict, runtime: dict[str, str], package_dir: str | None) -> dict:
+    """Mount the child's whole view of the file system on ``config["root_dir"]`` and enter it.
+
+    A small tmpfs holds the skeleton; the system paths and the Python runtime are bound
+    read-only (with no setuid); ``/dev`` gets only the harmless character devices; ``/proc``
+    is a fresh one of the new PID namespace; ``/tmp`` (also ``$HOME``) is a private tmpfs
+    of ``scratch_bytes``. The exercise specifications inside the package are covered by an
+    empty folder. Returns facts about what is in force.
     """
-    needed = {os.path.realpath(p) for p in (*sys.path, sys.prefix, sys.base_prefix) if p}
-    needed.add(os.path.dirname(os.path.realpath(sys.executable)))
-    needed = {p for p in needed if os.path.isdir(p)}
-    needed = sorted(p for p in needed if not any(p.startswith(q + os.sep) for q in needed))
-    blocked: dict[str, list[str]] = {}
-    for path in needed:
-        if _reachable(path):
+    new_root = os.path.realpath(config["root_dir"])
+    _mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755")
+    system = SYSTEM_PATHS + (("/sys",) if config.get("devices") else ())
+    wanted = {p: p for p in system if os.path.lexists(p)}
+    wanted.update(runtime)
+    bound: list[str] = []
+    for path in sorted(wanted, key=lambda p: (p.count("/"), p)):
+        if _covered(path, bound):
             continue
-        parts = path.split(os.sep)
-        for i in range(2, len(parts) + 1):
-            prefix = os.sep.join(parts[:i])
-            if not _reachable(prefix):
-                blocked.setdefault(prefix, []).append(path)
-                break
-    for top, paths in blocked.items():
-        fds = {p: os.open(p, os.O_PATH) for p in paths}
-        if libc.mount(b"tmpfs", top.encode(), b"tmpfs", 0, b"mode=0755") != 0:
-            return False
-        for p, fd in fds.items():
-            os.makedirs(p, mode=0o755, exist_ok=True)
-            source = f"/proc/self/fd/{fd}".encode()
-            if libc.mount(source, p.encode(), None, MS_BIND | MS_REC, None) != 0:
-                return False
-            os.close(fd)
-    return True
+        source = wanted[path]
+        if os.path.islink(path) and path in system:  # /bin -> usr/bin on merged /usr
+            os.symlink(os.readlink(path), new_root + path)
+            continue
+        _bind(new_root, path, source)
+        bound.append(path)
+    os.makedirs(new_root + "/dev", mode=0o755)
+    _mount("tmpfs", new_root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
+    for name in DEVICES:
+        if os.path.exists(f"/dev/{name}"):
+            _bind(new_root, f"/dev/{name}", f"/dev/{name}")
+    for path in config.get("devices", []):  # a GPU's device files, when grading on one
+        if os.path.exists(path):
+            _bind(new_root, path, path)
+    for folder, size in ((SCRATCH, config["scratch_bytes"]), ("/dev/shm", SHM_BYTES)):
+        os.makedirs(new_root + folder, mode=0o755, exist_ok=True)
+        _mount("tmpfs", new_root + folder, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+    os.makedirs(new_root + "/proc", mode=0o755)
+    try:
+        _mount("proc", new_root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        proc = True
+    except OSError:  # some containers forbid a new /proc: run without one
+        proc = False
+    if package_dir:
+        specs = new_root + os.path.join(os.path.realpath(package_dir), "grading", "exercises")
+        if os.path.isdir(specs):
+            _mount("tmpfs", specs, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0755")
+    read_only = _read_only(new_root, (SCRATCH, "/dev", "/proc"))
+    _pivot(new_root)
+    return {"file_system_hidden": True, "read_only_files": read_only, "proc": proc}
 
 
 def _limit(which: int, value: int | None) -> None:
@@ -284,38 +369,72 @@ def _limit(which: int, value: int | None) -> None:
     resource.setrlimit(which, (value, value if which != resource.RLIMIT_CPU else value + 5))
 
 
-def enter_sandbox(config: dict, fd: int) -> dict:
-    """Namespaces, limits and the unprivileged user; returns what is in force."""
+def _vm_data() -> int:
+    """Bytes of writable private memory this process holds (``VmData``), 0 if unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) << 10
+    except OSError:
+        pass
+    return 0
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_capabilities() -> bool:
+    """Give up every capability (those a user namespace grants too), for good."""
+    libc = _libc()
+    for cap in range(64):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (_CapData * 2)()
+    return libc.capset(ctypes.byref(header), data) == 0
+
+
+def enter_sandbox(config: dict, runtime: dict[str, str], package_dir: str | None) -> dict:
+    """Namespaces, the new root, limits and no privileges; returns what is in force."""
     import resource
 
-    facts = {"network_namespace": False, "pid_namespace": False, "user": None}
+    facts: dict = {"network_namespace": False, "pid_namespace": False,
+                   "mount_namespace": False, "file_system_hidden": False,
+                   "read_only_files": False, "user": None}
     root = os.geteuid() == 0
+    data_in_use = _vm_data()
     if config.get("namespaces") and not root:
         facts["user_namespace"] = _enter_user_namespace()
     if config.get("namespaces") and (root or facts.get("user_namespace")):
         facts["network_namespace"] = _unshare(CLONE_NEWNET)
+        _unshare(CLONE_NEWIPC)
+        facts["mount_namespace"] = _unshare(CLONE_NEWNS) and _libc().mount(
+            b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0
         if _unshare(CLONE_NEWPID):
             pid = os.fork()
             if pid:
-                os.close(fd)
+                os.close(RECORD_FD)
                 _guard(pid)
             facts["pid_namespace"] = True
-    _limit(resource.RLIMIT_AS, config.get("memory_bytes"))
+        if facts["mount_namespace"] and facts["pid_namespace"]:
+            facts.update(build_root(config, runtime, package_dir))
+    scratch = SCRATCH if facts["file_system_hidden"] else config["workdir"]
+    os.environ.update(config.get("env", {}))
+    os.environ.update(HOME=scratch, TMPDIR=scratch, MPLCONFIGDIR=f"{scratch}/.matplotlib")
+    if config.get("data_bytes"):  # on top of what Python and torch already hold
+        _limit(resource.RLIMIT_DATA, data_in_use + config["data_bytes"])
     _limit(resource.RLIMIT_CPU, config.get("cpu_seconds"))
     _limit(resource.RLIMIT_FSIZE, config.get("file_bytes"))
     _limit(resource.RLIMIT_CORE, 0)
-    libc = ctypes.CDLL(None, use_errno=True)
-    mounts = facts["pid_namespace"] and _private_mounts(libc)
     uid, gid = config.get("uid"), config.get("gid")
-    dropping = uid is not None and os.geteuid() == 0
-    exposed = True
-    if dropping:
-        mounts = mounts or _private_mounts(libc)
-        exposed = bool(mounts) and _expose_python(libc)
-    facts["mount_namespace"] = bool(mounts) and exposed
-    if facts["pid_namespace"] and mounts:
-        facts["read_only_files"] = _read_only_files(libc, config["workdir"])
-    if dropping:
+    if uid is not None and root:
         _limit(resource.RLIMIT_NPROC, config.get("max_processes"))
         os.setgroups([])
         os.setgid(gid)
@@ -323,9 +442,12 @@ def enter_sandbox(config: dict, fd: int) -> dict:
         if os.geteuid() != uid or os.getuid() != uid:
             raise RuntimeError("could not drop privileges")
         facts["user"] = uid
+    elif facts.get("user_namespace"):
+        facts["capabilities_dropped"] = _drop_capabilities()
+    _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     if facts["pid_namespace"]:
-        _die_with_parent()  # after setuid, which clears it
-    os.chdir(config["workdir"])
+        _die_with_parent()  # after every change of credentials, which clears it
+    os.chdir(scratch)
     if not facts["network_namespace"]:
         _block_sockets()
     return facts
@@ -343,6 +465,9 @@ def _block_sockets() -> None:
 
 def _stub_grading_package(forbidden: list[str]) -> None:
     """``from attention_course.grading import check`` works; the specs stay out of reach."""
+    for name in list(sys.modules):
+        if name in forbidden or any(name.startswith(f + ".") for f in forbidden):
+            del sys.modules[name]
     stub = types.ModuleType("attention_course.grading")
     stub.__path__ = []  # a package with no submodules
 
@@ -375,7 +500,7 @@ def strip_magics(source: str) -> str:
     return _MAGIC.sub(lambda m: f"{m.group(1)}pass", source)
 
 
-# --------------------------------------------------------------------------- main
+# --------------------------------------------------------------------------- one child
 class Channel:
     def __init__(self, fd: int, nonce: str) -> None:
         self.fd, self.nonce = fd, nonce
@@ -392,21 +517,52 @@ class Channel:
 
 
 def _read_job() -> tuple[dict, bytes]:
-    raw = sys.stdin.buffer.read()
+    with os.fdopen(0, "rb", closefd=True) as stdin:
+        raw = stdin.read()
     devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
+    if devnull != 0:
+        os.dup2(devnull, 0)
+        os.close(devnull)
     (size,) = HEADER.unpack(raw[: HEADER.size])
     config = json.loads(raw[HEADER.size : HEADER.size + size].decode())
     return config, raw[HEADER.size + size :]
 
 
-def main() -> None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    fd = int(sys.argv[1])
+def check_environment(runtime: dict[str, str]) -> str | None:
+    """Whether the sandbox can run a notebook: Python's files are readable, torch
+    computes, the package imports.
+
+    A failure here is the grader's (a limit too small, files out of reach), never the
+    submission's: none of its code has run yet.
+    """
+    import torch
+
+    unreadable = [p for p in runtime if not os.access(p, os.R_OK | os.X_OK)]
+    if unreadable:
+        return (f"the sandbox user (uid {os.getuid()}) cannot read {unreadable[0]}: put Python "
+                f"and the course where every user can read them (not under a private "
+                f"folder such as /root), or run the grader as a normal user")
+
+    try:
+        matrix = torch.ones(2048, 2048)  # 16 MB
+        (matrix @ matrix[:, :8]).sum().item()
+    except Exception as error:  # noqa: BLE001 - report whatever broke
+        if isinstance(error, MemoryError) or "alloc" in str(error).lower():
+            return "torch cannot compute under the memory limit (raise --memory)"
+        return f"torch cannot compute in the sandbox: {describe_error(error)}"
+    try:
+        import attention_course  # noqa: F401
+    except Exception as error:  # noqa: BLE001
+        return f"the package attention_course cannot be imported in the sandbox: " \
+               f"{describe_error(error)}"
+    return None
+
+
+def run_job(package_dir: str | None) -> None:
+    """The child: read the job, enter the sandbox, run the cells, answer the questions."""
     config, payload_bytes = _read_job()
-    facts = enter_sandbox(config, fd)
+    runtime = runtime_paths(package_dir)  # while every path is still in sight
+    facts = enter_sandbox(config, runtime, package_dir)
     if config.get("package_root") and config["package_root"] not in sys.path:
         sys.path.append(config["package_root"])
 
@@ -415,8 +571,13 @@ def main() -> None:
     torch.set_num_threads(1)
     payload = torch.load(io.BytesIO(payload_bytes), weights_only=True)
     del payload_bytes
-    channel = Channel(fd, config["nonce"])
+    channel = Channel(RECORD_FD, config["nonce"])
+    problem = check_environment(runtime)
+    if problem:
+        channel.send("environment_error", message=problem)
+        os._exit(0)
     channel.send("ready", isolation=facts)
+    sys.argv = ["<notebook>"]
     _stub_grading_package(list(config.get("forbidden", [])))
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     for index, source in enumerate(payload["cells"]):
@@ -426,6 +587,7 @@ def main() -> None:
         except BaseException as error:  # noqa: B036 - a cell may raise SystemExit; go on
             channel.send("cell_error", index=index, error=describe_error(error))
     channel.send("cells_done")
+    device = None if config.get("device", "cpu") == "cpu" else config["device"]
     for question in payload["questions"]:
         qid = question["id"]
         channel.send("q_start", id=qid)
@@ -435,7 +597,7 @@ def main() -> None:
             continue
         try:
             outputs = [
-                to_plain(call_case(target, question["kind"], question["method"], case))
+                to_plain(call_case(target, question["call"], question["method"], case, device))
                 for case in question["cases"]
             ]
         except NotImplementedError:
@@ -445,11 +607,104 @@ def main() -> None:
             channel.send("q_error", id=qid, status="error", message=describe_error(error))
             continue
         channel.send("q_result", id=qid, outputs=outputs)
-    channel.send("done")
-    sys.stdout.flush()
+    sys.stdout.flush()  # before "done": the parent stops listening once it has it
     sys.stderr.flush()
+    channel.send("done")
+    os._exit(0)
+
+
+def _child(fds: list[int], package_dir: str | None) -> None:
+    """Right after the fork: own session, the three descriptors in place, nothing else open."""
+    try:
+        os.setsid()
+        _die_with_parent()
+        job, record, output = fds
+        os.dup2(job, 0)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.dup2(record, RECORD_FD)
+        os.closerange(RECORD_FD + 1, os.sysconf("SC_OPEN_MAX"))
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        run_job(package_dir)
+    except BaseException:  # noqa: B036 - report and leave; the parent sees the exit status
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(70)
+    os._exit(0)
+
+
+# --------------------------------------------------------------------------- the server
+def _send(sock, message: dict) -> None:
+    try:
+        sock.send(json.dumps(message).encode())
+    except OSError:
+        pass
+
+
+def _exit_code(status: int) -> int:
+    """Like ``Popen.returncode``: the exit status, or minus the signal that ended it."""
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+
+
+def serve(control_fd: int) -> None:
+    """The fork server: import torch once, then fork one fresh child per request."""
+    import importlib.util
+    import select
+    import socket
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*fork.*")  # the one fork we mean
+    _die_with_parent()
+    import numpy  # noqa: F401 - imported once here instead of in every child
+    import torch  # noqa: F401
+
+    spec = importlib.util.find_spec("attention_course")
+    package_dir = None
+    if spec is not None and spec.submodule_search_locations:
+        package_dir = list(spec.submodule_search_locations)[0]
+    sock = socket.socket(fileno=control_fd)
+    _send(sock, {"op": "ready", "pid": os.getpid(), "package_dir": package_dir})
+    children: dict[int, int] = {}
+    while True:
+        readable, _, _ = select.select([sock], [], [], 0.05)
+        if readable:
+            try:
+                data, fds, _, _ = socket.recv_fds(sock, 65536, 3)
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                break
+            request = json.loads(data)
+            if request.get("op") == "spawn" and len(fds) == 3:
+                if request.get("package_root") and not package_dir:
+                    package_dir = os.path.join(request["package_root"], "attention_course")
+                pid = os.fork()
+                if pid == 0:
+                    sock.close()
+                    _child(fds, package_dir)
+                children[pid] = request["id"]
+                _send(sock, {"op": "spawned", "id": request["id"], "pid": pid})
+            for fd in fds:
+                os.close(fd)
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if pid in children:
+                _send(sock, {"op": "exit", "id": children.pop(pid), "status": _exit_code(status)})
+    for pid in children:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
     os._exit(0)
 
 
 if __name__ == "__main__":
-    main()
+    serve(int(sys.argv[1]))

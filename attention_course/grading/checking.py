@@ -38,14 +38,14 @@ class Prepared:
         return {
             "id": q.id,
             "symbol": q.symbol,
-            "kind": q.kind,
+            "call": q.call,
             "method": q.method,
             "cases": [case.to_plain() for case in self.cases],
         }
 
 
 def _call(question: Question, target: Any, case: Case) -> Any:
-    return to_plain(call_case(target, question.kind, question.method, case.to_plain()))
+    return to_plain(call_case(target, question.call, question.method, case.to_plain()))
 
 
 @functools.cache

@@ -24,7 +24,7 @@ from attention_course.grading.results import (
     explain_error,
     result,
 )
-from attention_course.grading.sandbox import Attempt, GraderError, Limits, run_child
+from attention_course.grading.sandbox import Attempt, ForkServer, GraderError, Limits, run_child
 from attention_course.grading.spec import Exercise
 
 MAX_NOTEBOOK_BYTES = 20 << 20
@@ -105,6 +105,8 @@ def _how_it_ended(attempt: Attempt, limits: Limits) -> tuple[str, str]:
         return "timeout", f"did not finish within the {limits.timeout:g} s limit"
     if attempt.end == "violation":
         return "crashed", "sent the grader malformed or oversized data"
+    if attempt.end == "memory":
+        return "crashed", f"used more than the {limits.memory_mb} MB memory limit"
     status = attempt.exit_status
     if status is not None and status > 128:
         name = _signal_name(status)
@@ -129,35 +131,46 @@ def _judge(prepared: Prepared, answer: tuple) -> QuestionResult:
     return result(q, answer[1], answer[2])
 
 
-def _ungradable(path: Path, name: str, exercise: str | None, message: str) -> SubmissionResult:
+def submission_name(student: str, exercise: str | None, path: Path) -> str:
+    """The record's name: ``student/exercise`` (the file's stem when the exercise is unknown)."""
+    return f"{student}/{exercise or path.stem}"
+
+
+def _ungradable(path: Path, student: str, exercise: str | None,
+                message: str) -> SubmissionResult:
     """0 for every question (when the exercise is known from --exercise or the file name)."""
     try:
         ex = exercise_of({}, path, exercise)
     except (SubmissionError, KeyError):
-        return SubmissionResult(name, str(path), None, 0, 0, [], error=message)
+        return SubmissionResult(student, submission_name(student, None, path), str(path), None,
+                                0, 0, [], error=message)
     questions = [result(q, "error", f"not graded: {message}") for q in ex.questions]
-    return SubmissionResult(name, str(path), ex.id, 0, ex.max_score, questions, error=message)
+    return SubmissionResult(student, submission_name(student, ex.id, path), str(path), ex.id,
+                            0, ex.max_score, questions, error=message)
 
 
 def grade_notebook(
     path: str | Path,
     exercise: str | None = None,
     limits: Limits | None = None,
-    name: str | None = None,
+    student: str | None = None,
+    server: ForkServer | None = None,
 ) -> SubmissionResult:
     """Grade one submission; a broken or hostile notebook gets 0 with a reason.
 
-    Raises :class:`GraderError` only when the grader itself fails.
+    ``student`` defaults to the name of the notebook's folder; ``server`` is the batch's
+    fork server (without one, a fresh process is started). Raises :class:`GraderError`
+    only when the grader itself fails.
     """
     limits = limits or Limits()
     path = Path(path)
-    name = name or path.stem
+    student = student or path.absolute().parent.name or "student"
     try:
         nb = read_notebook(path)
         cells = code_cells(nb)
         ex = exercise_of(nb, path, exercise)
     except (SubmissionError, KeyError) as error:
-        return _ungradable(path, name, exercise, str(error).strip("'\""))
+        return _ungradable(path, student, exercise, str(error).strip("'\""))
     prepared = prepare(ex.id)
     answers: dict[str, tuple] = {}
     pending = [q.id for q in ex.questions]
@@ -177,6 +190,7 @@ def grade_notebook(
             limits,
             remaining,
             ex.forbidden_imports,
+            server,
         )
         used += min(attempt.elapsed, time.monotonic() - started)
         if not isolation:
@@ -211,7 +225,8 @@ def grade_notebook(
         )
     questions = [_judge(prepared[q.id], answers[q.id]) for q in ex.questions]
     return SubmissionResult(
-        submission=name,
+        student=student,
+        submission=submission_name(student, ex.id, path),
         file=str(path),
         exercise=ex.id,
         score=sum(q.points for q in questions),
@@ -223,4 +238,5 @@ def grade_notebook(
     )
 
 
-__all__ = ["GraderError", "Limits", "SubmissionError", "grade_notebook", "read_notebook"]
+__all__ = ["ForkServer", "GraderError", "Limits", "SubmissionError", "grade_notebook",
+           "read_notebook"]

@@ -49,6 +49,7 @@ class QuestionResult:
     status: str
     message: str
     hint: str = ""
+    kind: str = "implement"
 
     @property
     def passed(self) -> bool:
@@ -71,6 +72,12 @@ class QuestionResult:
 
 @dataclass
 class SubmissionResult:
+    """One graded notebook: who, which exercise, the points and why.
+
+    ``submission`` names the record (``student/exercise``); ``file`` is the notebook's path.
+    """
+
+    student: str
     submission: str
     file: str
     exercise: str | None
@@ -86,6 +93,7 @@ class SubmissionResult:
     def to_json(self) -> dict[str, Any]:
         """The JSON record of DESIGN.md (``output`` stays out: it is not deterministic)."""
         return {
+            "student": self.student,
             "submission": self.submission,
             "file": self.file,
             "exercise": self.exercise,
@@ -109,6 +117,7 @@ def result(question: Question, status: str, message: str) -> QuestionResult:
         status=status,
         message=message,
         hint=question.hint,
+        kind=question.kind,
     )
 
 

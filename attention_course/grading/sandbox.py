@@ -1,19 +1,24 @@
 """Run a submission's code in a sandboxed child process and collect its raw answers.
 
-The parent side of the protocol in :mod:`attention_course.grading._driver`. One call of
-:func:`run_child` starts one child: a fresh process group, running as the user
-``nobody`` in new network and PID namespaces when the grader is root, with limits on
-wall-clock time (enforced here), CPU time, address space, file size and (as root) the
-number of processes; stdout and stderr are drained into a capped buffer. Every record the
-child sends is loaded with ``torch.load(weights_only=True)`` and checked to be plain data;
-nothing is unpickled as an object. Afterwards every process of the child is killed: the
-PID namespace (as root), the process group, and any process still carrying the child's
-random environment token.
+The parent side of the protocol in :mod:`attention_course.grading._driver`. A
+:class:`ForkServer` is one trusted process that has imported torch; :func:`run_child`
+asks it for a fresh child per submission (or starts a server of its own for one child).
+The child runs in new namespaces, in a root file system of its own that holds only the
+Python runtime, the installed packages and a small scratch folder, without privileges,
+under limits on CPU time, data size and file size; this side enforces wall-clock time
+and the submission's **resident memory** (all its processes together), and drains its
+stdout and stderr into a capped buffer. Every record the child sends is loaded with
+``torch.load(weights_only=True)`` and checked to be plain data; nothing is unpickled as an
+object. Afterwards every process of the child is killed: its process group and, through
+the PID namespace, everything it started; without namespaces, any process still
+carrying the child's random environment token.
 """
 
 from __future__ import annotations
 
+import glob
 import io
+import itertools
 import json
 import os
 import pwd
@@ -21,6 +26,7 @@ import secrets
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +46,15 @@ TOKEN_VAR = "ATTENTION_COURSE_SANDBOX"
 MAX_RECORD = 64 << 20
 MAX_CHANNEL = 256 << 20
 ERROR_STATUSES = ("not_implemented", "missing", "error")
+MEMORY_POLL = 0.1
+SERVER_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "MPLBACKEND": "Agg",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "MALLOC_ARENA_MAX": "2",
+    "LANG": "C.UTF-8",
+}
 
 
 class GraderError(RuntimeError):
@@ -50,20 +65,30 @@ class GraderError(RuntimeError):
 class Limits:
     """Limits for one submission.
 
-    ``timeout``: wall-clock seconds for running the notebook and answering all questions
-    (children together; starting Python and torch is not counted); ``memory_mb``: address
-    space of the child; ``output_kb``: captured stdout+stderr kept; ``file_mb``: largest
-    file the child may write; ``max_processes``: tasks of the sandbox user (root only).
+    - ``timeout``: wall-clock seconds for running the notebook and answering all questions
+      (children together; starting the child is not counted).
+    - ``memory_mb``: memory the submission may use beyond what Python and torch hold when
+      it starts: the resident memory of all its processes together, and the writable data
+      of each.
+    - ``scratch_mb``: size of its private scratch folder (``/tmp``, also ``$HOME``).
+    - ``output_kb``: captured stdout+stderr kept; ``file_mb``: largest file it may write;
+      ``max_processes``: tasks of the sandbox user (root only).
+    - ``device``: ``"cpu"`` hides any GPU from the submission, ``"cuda"`` lets it use them.
+    - ``fresh_process``: start a new Python for every child instead of forking it from the
+      batch's server (slower; for comparison).
     """
 
     timeout: float = 60.0
-    memory_mb: int = 3072
+    memory_mb: int = 2048
+    scratch_mb: int = 64
     output_kb: int = 64
     file_mb: int = 64
     max_processes: int = 256
     startup_timeout: float = 120.0
     namespaces: bool = True
     question_timeout: float | None = None  # caps every question's own time_limit
+    device: str = "cpu"
+    fresh_process: bool = False
 
     def time_limit(self, question_limit: float) -> float:
         if self.question_timeout is None:
@@ -79,12 +104,14 @@ class Attempt:
     cell_errors: list[tuple[int, str]] = field(default_factory=list)
     isolation: dict[str, Any] = field(default_factory=dict)
     ready: bool = False
+    environment_error: str | None = None
     cells_done: bool = False
     current_cell: int | None = None
     current_question: str | None = None
-    end: str = ""  # done | timeout | exited | violation
+    end: str = ""  # done | timeout | exited | violation | memory
     exit_status: int | None = None
     elapsed: float = 0.0
+    peak_memory: int = 0
     output: str = ""
 
 
@@ -99,22 +126,21 @@ def _sandbox_ids() -> tuple[int | None, int | None]:
 
 
 class _Drain(threading.Thread):
-    """Read the child's stdout+stderr, keeping only the first ``limit`` bytes."""
+    """Read a process's stdout+stderr, keeping only the first ``limit`` bytes."""
 
-    def __init__(self, stream: Any, limit: int) -> None:
+    def __init__(self, fd: int, limit: int) -> None:
         super().__init__(daemon=True)
-        self.stream, self.limit = stream, limit
+        self.fd, self.limit = fd, limit
         self.kept = bytearray()
         self.total = 0
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        fd = self.stream.fileno()
         while not self.stopped.is_set():
-            ready, _, _ = select.select([fd], [], [], 0.2)
+            ready, _, _ = select.select([self.fd], [], [], 0.2)
             if not ready:
                 continue
-            chunk = os.read(fd, 65536)
+            chunk = os.read(self.fd, 65536)
             if not chunk:
                 return
             self.total += len(chunk)
@@ -128,6 +154,137 @@ class _Drain(threading.Thread):
         if self.total > len(self.kept):
             text += f"\n[... {self.total - len(self.kept)} more bytes of output not kept]"
         return text
+
+
+class Child:
+    """A child of the fork server, seen from here: its pid and, once it ended, its status."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.pid: int | None = None
+        self.status: int | None = None
+        self.spawned = threading.Event()
+        self.exited = threading.Event()
+
+    def poll(self) -> int | None:
+        return self.status if self.exited.is_set() else None
+
+
+class ForkServer:
+    """One trusted process that has imported torch and forks a fresh child per submission.
+
+    Start it once per batch, from a thread that outlives the batch (the server dies with
+    that thread); :meth:`spawn` is safe to call from several threads.
+    """
+
+    def __init__(self, startup_timeout: float = 120.0) -> None:
+        self.startup_timeout = startup_timeout
+        self.children: dict[int, Child] = {}
+        self.numbers = itertools.count(1)
+        self.lock = threading.Lock()
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self.package_dir: str | None = None
+        self.alive = False
+
+    def __enter__(self) -> ForkServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        out_read, out_write = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-B", DRIVER, str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, stdout=out_write, stderr=out_write,
+                pass_fds=(theirs.fileno(),), env=SERVER_ENV, start_new_session=True,
+            )
+        except OSError as error:
+            ours.close()
+            raise GraderError(f"could not start the grading server: {error}") from error
+        finally:
+            theirs.close()
+            os.close(out_write)
+        self.sock = ours
+        drain = _Drain(out_read, 16 << 10)
+        drain.start()
+        ours.settimeout(self.startup_timeout)
+        try:
+            hello = json.loads(ours.recv(65536) or b"{}")
+        except (OSError, ValueError):
+            hello = {}
+        ours.settimeout(None)
+        if hello.get("op") != "ready":
+            self.close()
+            drain.join(timeout=2)
+            raise GraderError("the grading server did not start (Python and torch could not "
+                              "be loaded); its output:\n" + drain.text()[-3000:])
+        self.package_dir, self.alive = hello.get("package_dir"), True
+        threading.Thread(target=self._listen, daemon=True).start()
+
+    def _listen(self) -> None:
+        assert self.sock is not None
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            message = json.loads(data)
+            child = self.children.get(message.get("id"))
+            if child is None:
+                continue
+            if message["op"] == "spawned":
+                child.pid = message["pid"]
+                child.spawned.set()
+            elif message["op"] == "exit":
+                child.status = message["status"]
+                self.children.pop(child.number, None)
+                child.exited.set()
+        self.alive = False
+        for child in list(self.children.values()):
+            child.spawned.set()
+            child.exited.set()
+
+    def spawn(self, job_fd: int, record_fd: int, output_fd: int) -> Child:
+        """Fork a child that reads its job from ``job_fd``, sends records to ``record_fd``
+        and writes its output to ``output_fd``."""
+        if not self.alive or self.sock is None:
+            raise GraderError("the grading server is not running")
+        with self.lock:
+            child = Child(next(self.numbers))
+            self.children[child.number] = child
+            request = {"op": "spawn", "id": child.number, "package_root": PACKAGE_ROOT}
+            try:
+                socket.send_fds(self.sock, [json.dumps(request).encode()],
+                                [job_fd, record_fd, output_fd])
+            except OSError as error:
+                raise GraderError(f"the grading server is gone: {error}") from error
+        child.spawned.wait(30)
+        if child.pid is None:
+            raise GraderError("the grading server did not start a child")
+        return child
+
+    def close(self) -> None:
+        """Stop the server (its children are killed with it) and wait for it to exit."""
+        self.alive = False
+        if self.sock is not None:
+            try:  # wakes the listening thread and tells the server: no more work
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self.sock.close()
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
 
 
 def _pids_with_token(token: str) -> list[int]:
@@ -145,31 +302,72 @@ def _pids_with_token(token: str) -> list[int]:
     return found
 
 
-def _kill_everything(proc: subprocess.Popen, token: str, pid_namespace: bool) -> None:
-    """Leave no process of the child behind."""
-    if pid_namespace and proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)  # the root guard kills the namespace's init
-        try:
-            proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            pass
+def _children_of(pid: int) -> list[int]:
+    """The direct children of ``pid`` (from ``/proc/PID/task/*/children``)."""
+    found = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    return found
+
+
+def _resident(pid: int) -> int:
+    """Anonymous and shared-memory resident bytes of one process (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            status = f.read()
+    except OSError:
+        return 0
+    total = 0
+    for line in status.splitlines():
+        if line.startswith(("RssAnon:", "RssShmem:")):
+            total += int(line.split()[1]) << 10
+    return total
+
+
+def tree_memory(pid: int, include_root: bool) -> int:
+    """Resident memory of the processes below ``pid`` (and of ``pid`` itself if asked)."""
+    total = _resident(pid) if include_root else 0
+    stack, seen = _children_of(pid), {pid}
+    while stack:
+        child = stack.pop()
+        if child in seen:
+            continue
+        seen.add(child)
+        total += _resident(child)
+        stack += _children_of(child)
+    return total
+
+
+def _kill_everything(child: Child, token: str) -> None:
+    """Leave no process of the child behind.
+
+    Killing the child (the guard of its PID namespace) ends everything in the namespace;
+    its process group and the environment token catch the rest where there is none. A
+    pid is signalled only while the server has not reported it gone (so never a reused
+    one); a process group's number stays reserved while any member lives.
+    """
     for _ in range(5):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if child.pid is not None:
+            targets = [(os.killpg, child.pid)]
+            if not child.exited.is_set():
+                targets.append((os.kill, child.pid))
+            for kill, target in targets:
+                try:
+                    kill(target, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         stragglers = _pids_with_token(token) if os.path.isdir("/proc") else []
         for pid in stragglers:
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        if proc.poll() is None:
-            try:
-                proc.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                continue
-        if not stragglers:
+        child.exited.wait(1)
+        if child.exited.is_set() and not stragglers:
             break
         time.sleep(0.05)
 
@@ -252,7 +450,10 @@ class _Session:
             if type(event.get(key)) is str:
                 event[key] = event[key].replace(self.workdir, "<workdir>")
         kind, now, a = event.get("event"), time.monotonic(), self.attempt
-        if kind == "ready" and not a.ready:
+        if kind == "environment_error" and not a.ready:
+            a.environment_error = str(event.get("message"))[:1000]
+            self.done = True
+        elif kind == "ready" and not a.ready:
             facts = event.get("isolation")
             if type(facts) is dict:
                 a.isolation = {str(k): v for k, v in facts.items() if type(v) in (bool, int)}
@@ -288,6 +489,11 @@ class _Session:
             self.done = True
 
 
+def gpu_devices() -> list[str]:
+    """The device files a CUDA program opens (NVIDIA's), to show the child when grading on GPU."""
+    return sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri/*"))
+
+
 def run_child(
     cells: list[str],
     questions: list[dict],
@@ -295,84 +501,91 @@ def run_child(
     limits: Limits,
     budget: float,
     forbidden: tuple[str, ...] = (),
+    server: ForkServer | None = None,
 ) -> Attempt:
     """Run the notebook's code cells and the questions' calls in one sandboxed child.
 
     ``questions`` are call specs (``Prepared.call_spec()``); ``budget`` is the wall-clock
-    time allowed after the child is ready. Raises :class:`GraderError` when the child
-    cannot start, which is never the submission's fault: no submission code runs before.
+    time allowed after the child is ready; ``server`` is the batch's fork server (without
+    one, or with ``limits.fresh_process``, a server is started for this child alone).
+    Raises :class:`GraderError` when the child cannot start or the sandbox cannot run a
+    notebook, which is never the submission's fault: no submission code runs before.
     """
+    if server is None or limits.fresh_process:
+        with ForkServer(limits.startup_timeout) as own:
+            return _run_child(cells, questions, time_limits, limits, budget, forbidden, own)
+    return _run_child(cells, questions, time_limits, limits, budget, forbidden, server)
+
+
+def _run_child(cells: list[str], questions: list[dict], time_limits: dict[str, float],
+               limits: Limits, budget: float, forbidden: tuple[str, ...],
+               server: ForkServer) -> Attempt:
     nonce, token = secrets.token_hex(16), secrets.token_hex(16)
     uid, gid = _sandbox_ids()
     base = tempfile.mkdtemp(prefix="attention-grade-")
     os.chmod(base, 0o711)
-    work = os.path.join(base, "work")
+    work, root_dir = os.path.join(base, "work"), os.path.join(base, "root")
     os.mkdir(work, 0o700)
+    os.mkdir(root_dir, 0o700)
     if uid is not None:
         os.chown(work, uid, gid)
+    gpu = limits.device == "cuda"
     config = {
         "nonce": nonce,
         "workdir": work,
+        "root_dir": root_dir,
         "uid": uid,
         "gid": gid,
         "namespaces": limits.namespaces,
-        "memory_bytes": limits.memory_mb << 20,
+        "data_bytes": None if gpu else limits.memory_mb << 20,
+        "scratch_bytes": limits.scratch_mb << 20,
         "cpu_seconds": int(budget + 30),
         "file_bytes": limits.file_mb << 20,
         "max_processes": limits.max_processes,
         "forbidden": list(forbidden),
         "package_root": PACKAGE_ROOT,
-    }
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": work,
-        "TMPDIR": work,
-        "MPLBACKEND": "Agg",
-        "MPLCONFIGDIR": os.path.join(work, ".matplotlib"),
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "MALLOC_ARENA_MAX": "2",
-        "ATTENTION_COURSE_DEVICE": "cpu",
-        "CUDA_VISIBLE_DEVICES": "",
-        "LANG": "C.UTF-8",
-        TOKEN_VAR: token,
+        "devices": gpu_devices() if gpu else [],
+        "device": limits.device,
+        "env": {
+            TOKEN_VAR: token,
+            "ATTENTION_COURSE_DEVICE": "cuda" if gpu else "cpu",
+            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "") if gpu else "",
+        },
     }
     job = _job_bytes(config, {"cells": cells, "questions": questions})
-    read_fd, write_fd = os.pipe()
+    pipes = [os.pipe() for _ in range(3)]  # job, records, output
+    (job_read, job_write), (record_read, record_write), (out_read, out_write) = pipes
     session = _Session(nonce, questions, limits, budget, time_limits, work)
+    child: Child | None = None
+    drain = _Drain(out_read, limits.output_kb << 10)
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", DRIVER, str(write_fd)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            pass_fds=(write_fd,),
-            cwd=work,
-            env=env,
-            start_new_session=True,
-        )
-    except OSError as error:
-        os.close(read_fd)
-        os.close(write_fd)
-        shutil.rmtree(base, ignore_errors=True)
-        raise GraderError(f"could not start the grading child: {error}") from error
-    os.close(write_fd)
-    drain = _Drain(proc.stdout, limits.output_kb << 10)
+        child = server.spawn(job_read, record_write, out_write)
+    finally:
+        for fd in (job_read, record_write, out_write):
+            os.close(fd)
+        if child is None:
+            for fd in (job_write, record_read, out_read):
+                os.close(fd)
+            shutil.rmtree(base, ignore_errors=True)
     drain.start()
     attempt = session.attempt
     try:
-        threading.Thread(target=_feed, args=(proc.stdin, job), daemon=True).start()
-        attempt.end = _pump(read_fd, proc, session)
+        threading.Thread(target=_feed, args=(job_write, job), daemon=True).start()
+        attempt.end = _pump(record_read, child, session, limits.memory_mb << 20)
     finally:
-        _kill_everything(proc, token, bool(attempt.isolation.get("pid_namespace")))
+        _kill_everything(child, token)
         drain.stopped.set()
         drain.join(timeout=2)
-        os.close(read_fd)
+        os.close(record_read)
+        os.close(out_read)
         shutil.rmtree(base, ignore_errors=True)
     attempt.output = drain.text().replace(work, "<workdir>")
-    status = proc.returncode
+    status = child.status
     attempt.exit_status = 128 - status if status is not None and status < 0 else status
     attempt.elapsed = time.monotonic() - (session.ready_at or session.started)
+    if attempt.environment_error:
+        raise GraderError(f"the grading sandbox cannot run notebooks: "
+                          f"{attempt.environment_error}")
     if not attempt.ready:
         raise GraderError(
             "the grading child did not start (no submission code had run yet); its output:\n"
@@ -381,26 +594,38 @@ def run_child(
     return attempt
 
 
-def _feed(stream: Any, job: bytes) -> None:
-    """Write the job to the child's stdin (in a thread: a stuck child cannot block us)."""
+def _feed(fd: int, job: bytes) -> None:
+    """Write the job into the child's stdin (in a thread: a stuck child cannot block us)."""
     try:
-        stream.write(job)
-        stream.close()
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(job)
     except (BrokenPipeError, OSError, ValueError):
         pass
 
 
-def _pump(read_fd: int, proc: subprocess.Popen, session: _Session) -> str:
-    """Read records until the child is done, exits, overruns or misbehaves."""
+def _pump(read_fd: int, child: Child, session: _Session, memory: int) -> str:
+    """Read records until the child is done, exits, overruns, misbehaves or uses too much
+    memory (counted below the guard process when there is a PID namespace)."""
     exited_at: float | None = None
+    checked = 0.0
+    baseline: int | None = None  # what the child holds when it is ready: Python and torch
     while True:
         now = time.monotonic()
         if now >= session.deadline:
             return "timeout"
-        if exited_at is None and proc.poll() is not None:
+        if exited_at is None and child.poll() is not None:
             exited_at = now
-        wait = 0.05 if exited_at is not None else min(session.deadline - now, 0.5)
-        ready, _, _ = select.select([read_fd], [], [], wait)
+        started = session.attempt.ready
+        if exited_at is None and started and child.pid is not None and now - checked >= MEMORY_POLL:
+            checked = now
+            guarded = bool(session.attempt.isolation.get("pid_namespace"))
+            used = tree_memory(child.pid, include_root=not guarded)
+            baseline = used if baseline is None else baseline
+            session.attempt.peak_memory = max(session.attempt.peak_memory, used - baseline)
+            if used - baseline > memory:
+                return "memory"
+        wait = 0.05 if exited_at is not None else min(session.deadline - now, MEMORY_POLL)
+        ready, _, _ = select.select([read_fd], [], [], max(wait, 0.0))
         if ready:
             chunk = os.read(read_fd, 1 << 20)
             if chunk:

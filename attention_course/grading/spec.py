@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["function", "module"]
+Call = Literal["function", "module"]
+Kind = Literal["implement", "derive", "predict", "debug", "experiment"]
+KINDS = ("implement", "derive", "predict", "debug", "experiment")
 Diagnose = Callable[["Case", Any, Any], "str | None"]
 
 _ID = re.compile(r"^[A-Za-z0-9_]+$")
@@ -60,10 +62,14 @@ class Question:
     - ``symbol``: the name the learner's notebook must define (a function or a class).
     - ``points``: awarded when every case matches the reference, else 0.
     - ``reference``: the trusted implementation, called exactly like the learner's code
-      (the same ``kind``, ``method`` and cases); usually a function or class of the package.
+      (the same ``call``, ``method`` and cases); usually a function or class of the package.
     - ``cases``: a zero-argument function returning the list of :class:`Case`; make it
       deterministic (seed a ``torch.Generator``).
-    - ``kind``: ``"function"`` or ``"module"`` (a class to instantiate, see :class:`Case`).
+    - ``kind``: what the question asks of the learner: ``"implement"`` (write what the
+      chapter shows), ``"derive"`` (a number or formula, checked numerically),
+      ``"predict"`` (commit to an outcome, then run it), ``"debug"`` (fix a given broken
+      function) or ``"experiment"`` (run, measure, answer from the measurement).
+    - ``call``: ``"function"`` or ``"module"`` (a class to instantiate, see :class:`Case`).
     - ``rtol``/``atol``: tolerance of the comparison (in float64) with the reference.
     - ``hint``: one or two sentences shown when the answer is wrong.
     - ``diagnose``: optional teaching checks ``diagnose(case, expected, got) -> str | None``
@@ -78,7 +84,8 @@ class Question:
     reference: Callable[..., Any]
     cases: Callable[[], Sequence[Case]]
     title: str = ""
-    kind: Kind = "function"
+    kind: Kind = "implement"
+    call: Call = "function"
     method: str = "forward"
     rtol: float = 1e-4
     atol: float = 1e-6
@@ -91,20 +98,12 @@ class Question:
             raise ValueError(f"question id must match [A-Za-z0-9_]+, got {self.id!r}")
         if not self.symbol.isidentifier():
             raise ValueError(f"symbol must be a Python identifier, got {self.symbol!r}")
-        if self.kind not in ("function", "module"):
-            raise ValueError(f"kind must be 'function' or 'module', got {self.kind!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.call not in ("function", "module"):
+            raise ValueError(f"call must be 'function' or 'module', got {self.call!r}")
         if self.points <= 0:
             raise ValueError(f"points must be positive, got {self.points}")
-
-    def call_spec(self) -> dict[str, Any]:
-        """What the child process needs to call the learner's code (no reference)."""
-        return {
-            "id": self.id,
-            "symbol": self.symbol,
-            "kind": self.kind,
-            "method": self.method,
-            "cases": [case.to_plain() for case in self.cases()],
-        }
 
 
 @dataclass(frozen=True)

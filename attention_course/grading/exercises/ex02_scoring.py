@@ -115,7 +115,7 @@ EXERCISE = Exercise(
         Question(
             id="q3_additive",
             symbol="AdditiveScore",
-            kind="module",
+            call="module",
             title="Additive (Bahdanau) scores",
             points=3,
             reference=scoring.AdditiveScore,
@@ -131,7 +131,7 @@ EXERCISE = Exercise(
         Question(
             id="q4_bilinear",
             symbol="BilinearScore",
-            kind="module",
+            call="module",
             title="Bilinear (general) scores",
             points=2,
             reference=scoring.BilinearScore,

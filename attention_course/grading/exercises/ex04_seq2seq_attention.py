@@ -187,7 +187,7 @@ EXERCISE = Exercise(
         Question(
             id="q3_attention",
             symbol="BahdanauAttention",
-            kind="module",
+            call="module",
             title="One attention step of the decoder",
             points=3,
             reference=_BahdanauAttention,

@@ -107,7 +107,7 @@ EXERCISE = Exercise(
         Question(
             id="q3_multihead",
             symbol="MultiHeadAttention",
-            kind="module",
+            call="module",
             title="One multi-head attention forward pass",
             points=4,
             reference=MultiHeadAttentionReference,

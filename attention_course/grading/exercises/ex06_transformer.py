@@ -118,7 +118,7 @@ EXERCISE = Exercise(
         Question(
             id="q3_encoder_layer",
             symbol="EncoderLayer",
-            kind="module",
+            call="module",
             title="One post-norm encoder layer",
             points=4,
             reference=EncoderLayerReference,

@@ -134,7 +134,7 @@ EXERCISE = Exercise(
         Question(
             id="q2_se_block",
             symbol="SqueezeExcitation",
-            kind="module",
+            call="module",
             title="A squeeze-and-excitation block",
             points=3,
             reference=SqueezeExcitationReference,
