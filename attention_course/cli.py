@@ -61,12 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     info = sub.add_parser("info", help="show versions, the device in use and the CJK font")
     info.add_argument("--json", action="store_true", help="print the information as JSON")
-    try:
-        from attention_course.grading.cli import add_grade_parser
-    except ImportError:
-        add_grade_parser = None
-    if add_grade_parser is not None:
-        add_grade_parser(sub)
+    from attention_course.grading.cli import add_grade_parser, add_merge_parser
+
+    add_grade_parser(sub)
+    add_merge_parser(sub)
     return parser
 
 
@@ -75,9 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "info":
         return _print_info(args.json)
-    if args.command == "grade":
-        # attention_course.grading.cli registers the subcommand (add_grade_parser) and
-        # sets its handler as the parser default ``run``.
+    if args.command in ("grade", "merge"):
+        # attention_course.grading.cli registers these subcommands and sets each one's
+        # handler as the parser default ``run``.
         return int(args.run(args))
     parser.print_help()
     return 0

@@ -858,7 +858,7 @@ def graded(tmp_path_factory):
     paths = [broken, *solutions, not_json, hostile, *learners]
     out_dir = tmp / "out"
     cmd = [*_cli(), "grade", *map(str, paths), "--json", "--out", str(out_dir),
-           "--timeout", "300", "--jobs", "2"]
+           "--timeout", "300", "--jobs", "2", "--student-from", "file"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp)
     return {"proc": proc, "paths": paths, "solutions": solutions, "learners": learners,
             "broken": [broken, not_json, hostile], "out": out_dir}
@@ -876,10 +876,9 @@ def _records(graded):
 
 
 def _record_for(records, path):
-    matches = [r for r in records
-               if str(r["submission"]) in {path.stem, path.name, str(path)}]
+    matches = [r for r in records if r["file"] == str(path)]
     if len(matches) != 1:
-        raise AssertionError(f"no record for {path.name} in {[r['submission'] for r in records]}")
+        raise AssertionError(f"no record for {path} in {[r['file'] for r in records]}")
     return matches[0]
 
 
@@ -890,12 +889,14 @@ def test_cli_grade_json_lists_every_submission_and_exits_zero(graded):
     assert len(records) == len(graded["paths"])
     for path in graded["paths"]:  # one object per submission (in any order)
         record = _record_for(records, path)
-        for key in ["submission", "score", "max_score", "questions"]:
+        for key in ["student", "submission", "file", "exercise", "score", "max_score",
+                    "questions"]:
             assert key in record, (key, record)
         assert isinstance(record["questions"], list)
         for q in record["questions"]:
-            for key in ["id", "points", "max_points", "status", "message"]:
+            for key in ["id", "kind", "points", "max_points", "status", "message", "hint"]:
                 assert key in q, (key, q)
+            assert q["kind"] in {"implement", "derive", "predict", "debug", "experiment"}
 
 
 def test_cli_grade_solutions_get_full_marks(graded):
@@ -926,9 +927,9 @@ def test_cli_grade_broken_submission_scores_zero_with_reason(graded):
         record = _record_for(records, path)
         assert record["score"] == 0, record
         text = json.dumps(record).lower()
-        reasons = [str(v) for k, v in record.items() if k not in {"submission", "score",
-                                                                   "max_score", "questions"}
-                   and isinstance(v, str) and v.strip()]
+        reasons = [str(v) for k, v in record.items()
+                   if k not in {"student", "submission", "file", "exercise", "score",
+                                "max_score", "questions"} and isinstance(v, str) and v.strip()]
         reasons += [q["message"] for q in record["questions"] if q.get("message")]
         assert reasons, f"no reason given for {path.name}: {record}"
         assert record["max_score"] >= 0, text
@@ -937,5 +938,5 @@ def test_cli_grade_broken_submission_scores_zero_with_reason(graded):
 def test_cli_grade_out_dir_written(graded):
     out = graded["out"]
     assert out.is_dir()
-    assert list(out.glob("*.csv")), "a gradebook CSV"
-    assert len(list(out.glob("*.json"))) >= len(graded["paths"]), "one JSON per submission"
+    assert (out / "gradebook.csv").is_file() and (out / "totals.csv").is_file()
+    assert len(list(out.glob("*/*.json"))) >= len(graded["paths"]), "one JSON per submission"

@@ -1,72 +1,202 @@
-"""``attention-course grade SUBMISSION.ipynb... [--json] [--out DIR] [--timeout S] [--jobs N]``.
+"""``attention-course grade PATH...`` and ``attention-course merge DIR... --out DIR``.
 
-Registered on the main command by :func:`add_grade_parser`. Exit status 0 when every
-submission was graded (whatever its score), 1 when the grader itself failed.
+Registered on the main command by :func:`add_grade_parser` and :func:`add_merge_parser`.
+``grade`` exits with 0 when every submission was graded (whatever its score), 1 when the
+grader itself failed (its self-check included; then no gradebook is written), 2 for a
+wrong command line.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
-import os
 import re
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 
+from attention_course.grading import gradebook
 from attention_course.grading.results import SubmissionResult
-from attention_course.grading.sandbox import GraderError, Limits
+from attention_course.grading.sandbox import PACKAGE_ROOT, ForkServer, GraderError, Limits
+
+SOLUTIONS = Path(PACKAGE_ROOT) / "exercises" / "solutions"
+ISOLATION = {
+    "network_namespace": "no network namespace: the network is only blocked inside Python",
+    "pid_namespace": "no PID namespace: a process that leaves the group may outlive grading",
+    "file_system_hidden": "no private file system: a submission can read what the grading "
+                          "user can read (other submissions, solutions)",
+}
+
+
+class UsageError(ValueError):
+    """A wrong command line or folder layout (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A notebook found on the command line, with its student and exercise (if known)."""
+
+    path: Path
+    student: str
+    exercise: str | None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.student, self.exercise or self.path.stem
 
 
 def add_grade_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``grade`` subcommand; its handler is the parser default ``run``."""
     parser = subparsers.add_parser(
         "grade",
-        help="grade submitted exercise notebooks, each in a sandboxed process",
-        description="Grade exercise notebooks. Each submission runs in a separate sandboxed "
-        "process that only produces outputs; this process compares them with the reference.",
+        help="grade exercise notebooks (files or class folders), each in a sandbox",
+        description="Grade exercise notebooks. A PATH is a notebook or a folder searched "
+        "recursively; in a class folder CLASS/STUDENT/EXERCISE.ipynb the student is the "
+        "first folder under CLASS. Each submission runs in a separate sandboxed process that "
+        "only produces outputs; this process compares them with the reference. Before the "
+        "batch the reference solutions are graded in the same sandbox as a self-check.",
     )
-    parser.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION.ipynb")
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     parser.add_argument("--json", action="store_true", help="print a JSON list on stdout")
     parser.add_argument(
         "--out", type=Path, metavar="DIR",
-        help="write gradebook.csv and, per submission, NAME.json and NAME.feedback.txt",
+        help="keep the gradebook here: gradebook.csv, totals.csv and STUDENT/EXERCISE.json "
+             "and .feedback.txt; grading into it again replaces only the rows graded again",
     )
-    parser.add_argument(
-        "--timeout", type=float, default=60.0, metavar="S",
-        help="seconds per submission for running it (default 60)",
-    )
+    parser.add_argument("--student-from", default="folder", metavar="HOW",
+                        help="where the student's name comes from: 'folder' (default: the "
+                             "first folder under the folder given), 'file' (the file name "
+                             "without the exercise id) or 're:PATTERN' (a regular expression "
+                             "with a group (?P<student>...) searched in the path below the "
+                             "folder given)")
+    parser.add_argument("--shard", metavar="K/N",
+                        help="grade only the K-th of N deterministic slices (K = 1..N), for "
+                             "array jobs; join the output folders with 'attention-course merge'")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                        help="seconds per submission for running it (default 60)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="submissions graded in parallel (default 1)")
     parser.add_argument("--question-timeout", type=float, metavar="S",
                         help="cap on each question's own time limit (default: the spec's)")
-    parser.add_argument("--memory", type=int, default=3072, metavar="MB",
-                        help="memory (address space) limit per submission (default 3072)")
+    parser.add_argument("--memory", type=int, default=2048, metavar="MB",
+                        help="memory one submission may use beyond what Python and torch "
+                             "take, all its processes together (default 2048)")
+    parser.add_argument("--scratch", type=int, default=64, metavar="MB",
+                        help="size of a submission's private scratch folder (default 64)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="'cuda' lets submissions use the GPU (default: cpu, GPU hidden)")
     parser.add_argument("--exercise", metavar="ID",
-                        help="grade every submission as this exercise (default: from metadata)")
+                        help="grade every notebook as this exercise (default: from metadata)")
+    parser.add_argument("--solutions", type=Path, default=SOLUTIONS, metavar="DIR",
+                        help="reference solutions for the self-check (default: the "
+                             "repository's exercises/solutions)")
+    parser.add_argument("--fresh-process", action="store_true",
+                        help="start a new Python for every submission instead of forking it "
+                             "from a server that imported torch once (slower)")
     parser.set_defaults(run=run_grade)
     return parser
 
 
-def submission_names(paths: list[Path]) -> list[str]:
-    """A distinct, file-system-safe name per submission (its file name's stem)."""
-    names, seen = [], set()
+def add_merge_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``merge`` subcommand (join shard folders into one gradebook)."""
+    parser = subparsers.add_parser(
+        "merge", help="join gradebook folders (shards of 'grade --shard') into one",
+        description="Join the output folders of 'attention-course grade --shard K/N' into one "
+        "gradebook folder; a record in a later folder replaces the same student and exercise "
+        "from an earlier one.")
+    parser.add_argument("folders", nargs="+", type=Path, metavar="DIR")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR")
+    parser.set_defaults(run=run_merge)
+    return parser
+
+
+# --------------------------------------------------------------------------- finding work
+def _notebooks(path: Path) -> list[tuple[Path, Path | None]]:
+    """``(notebook, folder it was found under)``; a file (or a missing path) stands alone."""
+    if not path.is_dir():
+        return [(path, None)]
+    found = []
+    for nb in sorted(path.rglob("*.ipynb")):
+        parts = nb.relative_to(path).parts
+        if any(p.startswith(".") or p == "__pycache__" for p in parts):
+            continue  # .ipynb_checkpoints and other hidden folders
+        found.append((nb, path))
+    return found
+
+
+def _student(nb: Path, base: Path | None, how: str, exercise: str | None) -> str:
+    if how == "folder":
+        if base is not None and len(nb.relative_to(base).parts) > 1:
+            name = nb.relative_to(base).parts[0]
+        else:
+            name = (base or nb.absolute().parent).absolute().name
+    elif how == "file":
+        name = nb.stem.replace(exercise, "") if exercise else nb.stem
+        name = name.strip("_- .") or nb.stem
+    else:
+        below = nb.relative_to(base).as_posix() if base is not None else nb.name
+        match = re.search(how[3:], below)
+        if match is None or not match.groupdict().get("student"):
+            raise UsageError(f"--student-from {how!r} does not match {below!r} (it needs a "
+                             f"group (?P<student>...))")
+        name = match.group("student")
+    return gradebook.safe_name(name)
+
+
+def _exercise_id(nb: Path, override: str | None) -> str | None:
+    from attention_course.grading.grader import SubmissionError, exercise_of, read_notebook
+
+    try:
+        return exercise_of(read_notebook(nb), nb, override).id
+    except (SubmissionError, KeyError):
+        try:
+            return exercise_of({}, nb, override).id
+        except (SubmissionError, KeyError):
+            return None
+
+
+def find_submissions(paths: list[Path], how: str, override: str | None) -> list[Submission]:
+    """Every notebook to grade, sorted by student and exercise; two notebooks for the same
+    student and exercise are a :class:`UsageError` (nothing is graded twice or lost)."""
+    if how not in ("folder", "file") and not how.startswith("re:"):
+        raise UsageError(f"--student-from must be 'folder', 'file' or 're:PATTERN', got {how!r}")
+    if how.startswith("re:"):
+        try:
+            re.compile(how[3:])
+        except re.error as error:
+            raise UsageError(f"--student-from: bad regular expression: {error}") from None
+    found: dict[tuple[str, str], Submission] = {}
+    clashes: list[str] = []
     for path in paths:
-        base = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem).lstrip(".") or "submission"
-        name, n = base, 2
-        while name.lower() in seen or name.lower() == "gradebook":
-            name, n = f"{base}-{n}", n + 1
-        seen.add(name.lower())
-        names.append(name)
-    return names
+        for nb, base in _notebooks(path):
+            exercise = _exercise_id(nb, override)
+            sub = Submission(nb, _student(nb, base, how, exercise), exercise)
+            if sub.key in found and found[sub.key].path.resolve() != nb.resolve():
+                clashes.append(f"  {sub.key[0]}/{sub.key[1]}: {found[sub.key].path} and {nb}")
+            found.setdefault(sub.key, sub)
+    if clashes:
+        raise UsageError("two notebooks for the same student and exercise:\n"
+                         + "\n".join(clashes) + "\nkeep one of each, or name the students "
+                         "differently (--student-from file, or 're:PATTERN')")
+    return [found[k] for k in sorted(found)]
 
 
+def shard(items: list[Submission], spec: str | None) -> list[Submission]:
+    """The K-th of N slices (every N-th submission from the K-th, in sorted order)."""
+    if spec is None:
+        return items
+    match = re.fullmatch(r"(\d+)/(\d+)", spec)
+    if match is None or not 1 <= int(match.group(1)) <= int(match.group(2)):
+        raise UsageError(f"--shard must be K/N with 1 <= K <= N, got {spec!r}")
+    k, n = int(match.group(1)), int(match.group(2))
+    return items[k - 1 :: n]
+
+
+# --------------------------------------------------------------------------- reporting
 def feedback_text(result: SubmissionResult) -> str:
     """The human-readable feedback for one submission."""
-    lines = [f"Submission: {result.submission} ({result.file})"]
+    lines = [f"Student:    {result.student}", f"Notebook:   {result.file}"]
     if result.exercise:
         lines.append(f"Exercise:   {result.exercise}")
     lines.append(f"Score:      {result.score}/{result.max_score}")
@@ -83,46 +213,6 @@ def feedback_text(result: SubmissionResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def gradebook_csv(results: list[SubmissionResult]) -> str:
-    """One row per submission: name, exercise, score, max_score, error, points per question."""
-    exercises = {r.exercise for r in results if r.exercise}
-    columns: list[str] = []
-    for r in results:
-        for q in r.questions:
-            column = q.id if len(exercises) <= 1 else f"{r.exercise}/{q.id}"
-            if column not in columns:
-                columns.append(column)
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["submission", "file", "exercise", "score", "max_score", "error", *columns])
-    for r in results:
-        points = {
-            (q.id if len(exercises) <= 1 else f"{r.exercise}/{q.id}"): q.points
-            for q in r.questions
-        }
-        writer.writerow([r.submission, r.file, r.exercise or "", r.score, r.max_score,
-                         r.error or "", *(points.get(c, "") for c in columns)])
-    return out.getvalue()
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file in the same folder and ``os.replace`` it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_submission(out: Path, result: SubmissionResult) -> None:
-    write_atomic(out / f"{result.submission}.json", json.dumps(result.to_json(), indent=2) + "\n")
-    write_atomic(out / f"{result.submission}.feedback.txt", feedback_text(result))
-
-
 def table(results: list[SubmissionResult]) -> str:
     """A readable summary for the terminal."""
     width = max([len(r.submission) for r in results] + [10])
@@ -133,67 +223,159 @@ def table(results: list[SubmissionResult]) -> str:
     return "\n".join(lines)
 
 
-def _grade_one(path: Path, name: str, args: argparse.Namespace, limits: Limits):
-    from attention_course.grading.grader import grade_notebook
+# --------------------------------------------------------------------------- grading
+def _grade_one(sub: Submission, args: argparse.Namespace, limits: Limits,
+               server: ForkServer | None) -> SubmissionResult:
+    from attention_course.grading.grader import grade_notebook, submission_name
 
     try:
-        return grade_notebook(path, exercise=args.exercise, limits=limits, name=name)
-    except Exception as error:  # a grader failure: record it, finish the batch, exit 1
+        return grade_notebook(sub.path, exercise=args.exercise, limits=limits,
+                              student=sub.student, server=server)
+    except Exception as error:  # a grader failure: report it, finish the batch, exit 1
         kind = "" if isinstance(error, GraderError) else f"{type(error).__name__}: "
-        return SubmissionResult(name, str(path), None, 0, 0, [],
+        return SubmissionResult(sub.student, submission_name(sub.student, sub.exercise,
+                                                             sub.path),
+                                str(sub.path), sub.exercise, 0, 0, [],
                                 error=f"grader error: {kind}{error}", grader_error=True)
 
 
+def self_check(exercises: set[str], limits: Limits, server: ForkServer | None,
+               solutions: Path) -> tuple[list[str], dict]:
+    """Grade the reference solutions of ``exercises`` in the sandbox; return the problems
+    (empty when all get full marks) and the isolation in force.
+
+    Without a folder of solutions only the sandbox itself is checked (a notebook that
+    imports torch and the package), and the problems say so only if that fails.
+    """
+    from attention_course.grading.grader import grade_notebook
+    from attention_course.grading.sandbox import run_child
+
+    problems, isolation = [], {}
+    for exercise in sorted(exercises):
+        path = solutions / f"{exercise}.ipynb"
+        if not path.is_file():
+            print(f"grade: note: no reference solution {path} to check {exercise} with",
+                  file=sys.stderr)
+            continue
+        try:
+            record = grade_notebook(path, limits=limits, student="reference", server=server)
+        except GraderError as error:
+            return [f"{exercise}: {error}"], isolation
+        isolation = isolation or record.isolation
+        if record.score < record.max_score or record.notebook_errors:
+            wrong = [f"    {q.id}: {q.status}: {q.message}" for q in record.questions
+                     if not q.passed] + [f"    {e}" for e in record.notebook_errors]
+            problems.append(f"{exercise}: the reference solution scored {record.score}/"
+                            f"{record.max_score} in the sandbox:\n" + "\n".join(wrong))
+    if not isolation:
+        try:
+            isolation = run_child(["import attention_course"], [], {}, limits, limits.timeout,
+                                  server=server).isolation
+        except GraderError as error:
+            problems.append(str(error))
+    return problems, isolation
+
+
+def _warn_about(isolation: dict) -> None:
+    weaker = [why for key, why in ISOLATION.items() if not isolation.get(key)]
+    if weaker:
+        print("grade: warning: weaker isolation on this machine (see the book's page "
+              "'Grading a class'):", file=sys.stderr)
+        for why in weaker:
+            print(f"  - {why}", file=sys.stderr)
+
+
 def run_grade(args: argparse.Namespace) -> int:
-    """Grade every submission; print a table or JSON; write the gradebook with ``--out``."""
+    """Find, self-check, grade, write the gradebook, report."""
+    try:
+        return _grade(args)
+    except UsageError as error:
+        print(f"grade: {error}", file=sys.stderr)
+        return 2
+
+
+def _grade(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from attention_course.grading.checking import prepare
-    from attention_course.grading.registry import all_exercises
 
-    if args.jobs < 1 or args.timeout <= 0:
-        print("grade: --jobs must be >= 1 and --timeout > 0", file=sys.stderr)
-        return 2
+    if args.jobs < 1 or args.timeout <= 0 or args.memory < 1 or args.scratch < 1:
+        raise UsageError("--jobs, --memory and --scratch must be >= 1 and --timeout > 0")
+    subs = shard(find_submissions(args.paths, args.student_from, args.exercise), args.shard)
+    exercises = {s.exercise for s in subs if s.exercise}
     try:  # draw every case and compute every reference answer before any child runs
-        for exercise_id in sorted({*all_exercises(), *([args.exercise] if args.exercise else [])}):
+        for exercise_id in sorted(exercises):
             prepare(exercise_id)
     except Exception as error:
         print(f"grade: the grader could not load its exercises: {error}", file=sys.stderr)
         return 1
-    limits = Limits(timeout=args.timeout, memory_mb=args.memory,
-                    question_timeout=args.question_timeout)
-    paths = list(args.submissions)
-    names = submission_names(paths)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-    results: list[SubmissionResult | None] = [None] * len(paths)
-    bar = tqdm(total=len(paths), desc="grading", unit="nb", file=sys.stderr,
-               disable=len(paths) < 2)
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {
-            pool.submit(_grade_one, path, name, args, limits): i
-            for i, (path, name) in enumerate(zip(paths, names, strict=True))
-        }
-        for future in as_completed(futures):
-            i = futures[future]
-            results[i] = future.result()
-            if args.out:
-                write_submission(args.out, results[i])
-            bar.update(1)
-    bar.close()
-    done = [r for r in results if r is not None]
-    if args.out:  # rewrite everything now that no submission process is left running
-        for r in done:
-            write_submission(args.out, r)
-        write_atomic(args.out / "gradebook.csv", gradebook_csv(done))
+    limits = Limits(timeout=args.timeout, memory_mb=args.memory, scratch_mb=args.scratch,
+                    question_timeout=args.question_timeout, device=args.device,
+                    fresh_process=args.fresh_process)
+    existing = gradebook.load(args.out) if args.out else {}
+    server = None if args.fresh_process else ForkServer(limits.startup_timeout)
+    try:
+        if server is not None:
+            server.start()
+        if subs:
+            print(f"grade: self-check: grading the reference solutions of "
+                  f"{len(exercises)} exercise(s) in the sandbox ...", file=sys.stderr)
+        problems, isolation = self_check(exercises, limits, server, args.solutions)
+        if problems:
+            print("grade: the grader failed its self-check, so nothing was graded:",
+                  file=sys.stderr)
+            for problem in problems:
+                print(f"  {problem}", file=sys.stderr)
+            return 1
+        _warn_about(isolation)
+        results = _grade_all(subs, args, limits, server, tqdm)
+    except GraderError as error:
+        print(f"grade: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if server is not None:
+            server.close()
+    graded = [r for r in results if not r.grader_error]
+    if args.out:  # written again now that no submission process is left running
+        existing.update({gradebook.key_of(r.to_json()): r.to_json() for r in graded})
+        gradebook.save(args.out, existing,
+                       {gradebook.key_of(r.to_json()): feedback_text(r) for r in graded})
     if args.json:
-        print(json.dumps([r.to_json() for r in done], indent=2))
+        print(json.dumps([r.to_json() for r in results], indent=2, ensure_ascii=False))
     else:
-        print(table(done))
-    failed = [r for r in done if r.grader_error]
+        print(table(results))
+    failed = [r for r in results if r.grader_error]
     for r in failed:
         print(f"grade: {r.submission}: {r.error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _grade_all(subs: list[Submission], args: argparse.Namespace, limits: Limits,
+               server: ForkServer | None, tqdm) -> list[SubmissionResult]:
+    results: list[SubmissionResult | None] = [None] * len(subs)
+    bar = tqdm(total=len(subs), desc="grading", unit="nb", file=sys.stderr,
+               disable=len(subs) < 2)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(_grade_one, sub, args, limits, server): i
+                   for i, sub in enumerate(subs)}
+        for future in as_completed(futures):
+            i = futures[future]
+            result = results[i] = future.result()
+            if args.out and not result.grader_error:  # kept as we go: nothing is lost
+                gradebook.save_record(args.out, result.to_json(), feedback_text(result))
+            bar.update(1)
+    bar.close()
+    return [r for r in results if r is not None]
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    missing = [str(f) for f in args.folders if not f.is_dir()]
+    if missing:
+        print(f"merge: no such folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    count = gradebook.merge(args.folders, args.out)
+    print(f"merged {len(args.folders)} folder(s) into {args.out}: {count} records")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
