@@ -5,18 +5,19 @@
 PYTHON     ?= python3
 VENV       ?= .venv
 BIN        := $(VENV)/bin
-# A loose range for users; CI pins a CPU build to keep the fresh venv small.
+# A loose range, the same for users and CI; set TORCH_SPEC to pin one (e.g. torch==2.13.0).
 TORCH_SPEC ?= torch>=2.2
 STAMP      := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: book test setup web-assets browser lint format strip bench clean help
+.PHONY: book test setup web-assets browser lint format strip bench gpu-check clean help
 
 help:
 	@echo "make book   - set up .venv and build the book into _build/html"
 	@echo "make test   - set up .venv and run every test"
 	@echo "make lint   - ruff over the package, tests and notebooks"
-	@echo "make bench  - run the attention benchmark (prints ratios, writes JSON and a plot)"
+	@echo "make bench  - run the benchmarks (print ratios measured in one run, write JSON)"
+	@echo "make gpu-check - on a CUDA machine: gpu tests, grading and every chapter on the GPU"
 	@echo "make clean  - remove the built book (keeps the execution cache)"
 
 setup: $(STAMP) web-assets browser
@@ -54,6 +55,10 @@ strip: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/attention_bench.py
+	$(BIN)/python benchmarks/grading_bench.py
+
+gpu-check: $(STAMP)
+	$(BIN)/python scripts/gpu_check.py
 
 clean:
 	$(BIN)/jupyter-book clean . || rm -rf _build/html
