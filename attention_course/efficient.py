@@ -57,7 +57,8 @@ def sliding_window_mask(n: int, window: int, num_keys: int | None = None,
     """Bool ``(n, n)``: True where query ``i`` may attend to key ``j``, ``i - window < j <= i``.
 
     Each query sees itself and the ``window - 1`` keys before it (``window=1``: only
-    itself; ``window >= n``: the causal mask). With ``num_keys`` the mask is
+    itself; ``window >= n``: the causal mask), the local attention of Longformer (Beltagy
+    et al. 2020) and Mistral, in its causal form. With ``num_keys`` the mask is
     ``(n, num_keys)``, aligned at the top-left corner like
     :func:`attention_course.masking.causal_mask`.
     """
