@@ -99,8 +99,8 @@ def test_causal_is_aligned_top_left():
     changed = value.detach().clone()
     changed[:, :, 5:] += 100.0
     torch.testing.assert_close(flash_attention(query, key, changed, is_causal=True), out)
-    assert not torch.allclose(flash_attention(query, key, changed), flash_attention(query, key,
-                                                                                    value))
+    unmasked = flash_attention(query, key, value)
+    assert not torch.allclose(flash_attention(query, key, changed), unmasked)  # they matter there
 
 
 def test_non_contiguous_inputs_and_no_grad():
@@ -434,6 +434,8 @@ def test_bad_arguments_raise():
         linear_attention(x, x, x, chunk_size=0)
     with pytest.raises(ValueError, match="window=2 needs is_causal=True"):
         attention_flops(4, 4, 8, window=2)
+    with pytest.raises(RuntimeError, match="got device meta"):
+        peak_memory(lambda: None, "meta")
 
 
 # ---------------------------------------------------------------- GPU
