@@ -24,6 +24,7 @@ where ``tgt_ids`` holds the tokens not yet in the cache, ``generate(...)``, ``pa
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -114,3 +115,174 @@ def kv_cache_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int,
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     return 2 * num_layers * num_kv_heads * head_dim * dtype.itemsize
+
+
+# ---------------------------------------------------------------- sampling
+
+
+def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
+    """Set to ``-inf`` the logits ``(..., V)`` of tokens outside the top-k and the nucleus.
+
+    ``top_k`` keeps the ``k`` largest logits (and any tied with the ``k``-th). ``top_p``
+    keeps the nucleus of Holtzman et al. 2020: the smallest set of most likely tokens
+    whose probabilities sum to at least ``top_p`` (always at least the most likely one).
+    With both, top-k is applied first.
+    """
+    if top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ValueError(f"top_k must be a positive int, got {top_k!r}")
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # the mass of the more likely tokens
+        outside = (before >= top_p).scatter(-1, order, before >= top_p)
+        logits = logits.masked_fill(outside, float("-inf"))
+    return logits
+
+
+def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
+                top_p: float | None = None, generator: torch.Generator | None = None) -> Tensor:
+    """Draw one token id per row of ``logits (..., V)``: long ``(...)``.
+
+    The logits are divided by ``temperature`` (below 1 sharpens, above 1 flattens the
+    distribution; ``0`` takes the argmax, the limit as the temperature goes to 0), then
+    filtered by :func:`filter_logits`, then sampled from their softmax.
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = filter_logits(logits.float() / temperature, top_k, top_p)
+    probs = logits.softmax(dim=-1).reshape(-1, logits.size(-1))
+    return torch.multinomial(probs, 1, generator=generator).view(logits.shape[:-1])
+
+
+@torch.no_grad()
+def sample_decode(model, src_ids: Tensor, bos_id: int, eos_id: int, max_len: int | None = None,
+                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                  generator: torch.Generator | None = None, use_cache: bool = True) -> Tensor:
+    """Generate by sampling each next token with :func:`sample_next`: ids ``(B, L)``.
+
+    The same loop as greedy decoding (``model.generate``): rows end with ``eos_id`` (unless
+    ``max_len`` steps ran out) followed by padding. ``temperature=0`` is greedy decoding.
+    """
+    return model.generate(src_ids, bos_id, eos_id,
+                          lambda logits: sample_next(logits, temperature, top_k, top_p,
+                                                     generator),
+                          max_len, use_cache)
+
+
+# ---------------------------------------------------------------- beam search
+
+
+def length_penalty_factor(length: int, alpha: float) -> float:
+    """GNMT's length penalty ``((5 + length) / 6) ** alpha`` (Wu et al. 2016); 1 for alpha=0."""
+    return ((5 + length) / 6) ** alpha
+
+
+@torch.no_grad()
+def beam_search(model, src_ids: Tensor, bos_id: int, eos_id: int, beam_size: int = 4,
+                max_len: int | None = None, length_penalty: float = 0.0) -> tuple[Tensor, Tensor]:
+    """Keep the ``beam_size`` most likely hypotheses per sentence; return the best finished one.
+
+    Every step extends each live hypothesis by every token, scores each candidate by its
+    summed log-probability, and keeps the best ``beam_size`` that do not end in
+    ``eos_id``; a candidate among the best ``beam_size`` that ends in ``eos_id`` is
+    finished and set aside (the best ``beam_size`` finished ones are kept). Finished
+    hypotheses are compared by ``score / lp(length)`` with GNMT's length penalty
+    ``lp = ((5 + length) / 6) ** length_penalty`` (Wu et al. 2016; ``length`` counts the
+    generated tokens with ``<eos>``): ``0`` compares raw sums, which favour short outputs;
+    larger values favour longer ones. A sentence is done once it has ``beam_size``
+    finished hypotheses and no live one can still beat them; at ``max_len`` steps the live
+    ones count as finished. The decoder runs with its KV cache, reordered as beams move.
+
+    Returns ``ids (B, L)`` (without ``<bos>``, each row ending in ``eos_id`` unless cut by
+    ``max_len``, then ``pad_id``) and ``scores (B,)``, the summed log-probabilities of the
+    chosen hypotheses. ``beam_size=1`` is greedy decoding.
+    """
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
+    max_len = model.max_len - 1 if max_len is None else min(max_len, model.max_len - 1)
+    batch, k, device = src_ids.size(0), beam_size, src_ids.device
+    memory, *_ = model.encode(src_ids)
+    memory, src = memory.repeat_interleave(k, 0), src_ids.repeat_interleave(k, 0)
+    cache = model.new_cache()
+    tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
+    scores = torch.full((batch, k), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # one live hypothesis, <bos>, to start with
+    finished: list[list[tuple[float, float, list[int]]]] = [[] for _ in range(batch)]
+    done = [False] * batch
+    rows = torch.arange(batch, device=device)[:, None] * k
+    for step in range(1, max_len + 1):  # candidates of this step have `step` tokens
+        logits = model.decode(tokens[:, -1:], memory, src, cache=cache)[0][:, -1]
+        log_probs = F.log_softmax(logits.float(), dim=-1)
+        vocab = log_probs.size(-1)
+        candidates = (scores[..., None] + log_probs.view(batch, k, vocab)).view(batch, -1)
+        top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=-1)
+        # the next live hypotheses (score, beam it extends, token), k per sentence
+        live = [[(float("-inf"), 0, model.pad_id)] * k for _ in range(batch)]
+        for b, (row_scores, row_index) in enumerate(zip(top_scores.tolist(),
+                                                        top_index.tolist(), strict=True)):
+            if done[b]:
+                continue
+            kept = 0
+            for rank, (score, index) in enumerate(zip(row_scores, row_index, strict=True)):
+                if score == float("-inf") or kept == k:
+                    break
+                beam, token = divmod(index, vocab)
+                if token != eos_id:
+                    live[b][kept] = (score, beam, token)
+                    kept += 1
+                elif rank < k:
+                    hypothesis = tokens[b * k + beam, 1:].tolist() + [eos_id]
+                    _keep_best(finished[b], score, hypothesis, length_penalty, k)
+            done[b] = _search_is_over(finished[b], [s for s, _, _ in live[b]], step, max_len,
+                                      length_penalty, k)
+        if all(done):
+            break
+        next_scores, next_beam, next_token = torch.tensor(live, device=device).unbind(-1)
+        index = (rows + next_beam.long()).view(-1)
+        tokens = torch.cat([tokens[index], next_token.long().view(-1, 1)], dim=1)
+        cache.reorder(index)
+        scores = next_scores
+    for b in range(batch):  # out of steps: live hypotheses count as finished
+        if not done[b]:
+            for beam, score in enumerate(scores[b].tolist()):
+                if score > float("-inf"):
+                    _keep_best(finished[b], score, tokens[b * k + beam, 1:].tolist(),
+                               length_penalty, k)
+    best = [max(hyps, key=lambda h: h[0]) for hyps in finished]
+    length = max(len(h[2]) for h in best)
+    ids = torch.full((batch, length), model.pad_id, dtype=torch.long, device=device)
+    for b, (_, _, hypothesis) in enumerate(best):
+        ids[b, : len(hypothesis)] = torch.tensor(hypothesis, dtype=torch.long)
+    return ids, torch.tensor([h[1] for h in best], device=device)
+
+
+def _keep_best(finished: list[tuple[float, float, list[int]]], score: float,
+               hypothesis: list[int], alpha: float, k: int) -> None:
+    """Add ``(normalised score, score, ids)`` to ``finished``; keep the ``k`` best."""
+    finished.append((score / length_penalty_factor(len(hypothesis), alpha), score, hypothesis))
+    finished.sort(key=lambda h: h[0], reverse=True)
+    del finished[k:]
+
+
+def _search_is_over(finished: list[tuple[float, float, list[int]]], live_scores: list[float],
+                    step: int, max_len: int, alpha: float, k: int) -> bool:
+    """True when no live hypothesis (of ``step`` tokens) can beat the ``k`` finished ones.
+
+    A live score can only fall (log-probabilities are <= 0), and ``score / lp(length)`` for
+    a fixed score is monotonic in the length, so its best future value is at one end of
+    the lengths it can still reach, ``step .. max_len``.
+    """
+    live = [s for s in live_scores if s > float("-inf")]
+    if not live:
+        return True
+    if len(finished) < k:
+        return False
+    best_possible = max(s / length_penalty_factor(n, alpha) for s in live for n in (step, max_len))
+    return best_possible <= finished[-1][0]
