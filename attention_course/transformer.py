@@ -390,8 +390,9 @@ class Transformer(nn.Module):
             raise ValueError(f"{name} must be integer token ids (B, N); got shape "
                              f"{tuple(ids.shape)}, dtype {ids.dtype}")
         if offset + ids.size(1) > self.max_len:
-            raise ValueError(f"{name} has length {ids.size(1)} after {offset} cached positions: "
-                             f"more than max_len={self.max_len}")
+            after = f" after {offset} cached positions" if offset else ""
+            raise ValueError(f"{name} has length {ids.size(1)}{after}, more than "
+                             f"max_len={self.max_len}")
 
 
 def translation_loss(model: Transformer, batch) -> Tensor:

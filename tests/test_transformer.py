@@ -394,6 +394,6 @@ def test_decode_with_cache_checks_max_len():
     memory, _ = model.encode(src)
     cache = model.new_cache()
     model.decode(torch.tensor([[1, 5, 6]]), memory, src, cache=cache)
-    with pytest.raises(ValueError, match="after 3 cached positions.*max_len=4"):
+    with pytest.raises(ValueError, match="length 2 after 3 cached positions, more than max_len=4"):
         model.decode(torch.tensor([[7, 8]]), memory, src, cache=cache)
     assert model.greedy_decode(src, 1, 12).shape == (1, 3)  # max_len - 1 new tokens at most
