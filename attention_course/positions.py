@@ -11,7 +11,9 @@ query's output stays the same. A model learns where tokens are in one of two way
   :func:`rotary_embedding`) rotate queries and keys so that a score ``q . k`` depends on
   the offset ``p - s`` between their positions only. ALiBi (Press et al. 2022,
   :func:`alibi_bias`) adds ``-m_h (i - j)`` to the scores: a linear penalty on distance
-  with one slope ``m_h`` per head, and no parameters at all.
+  with one slope ``m_h`` per head, and no parameters at all. T5 (Raffel et al. 2020,
+  :class:`RelativePositionBias`) learns such a bias instead, one number per head and
+  bucket of distances.
 
 :class:`attention_course.multihead.MultiHeadAttention` takes ``positional="rope"`` or
 ``"alibi"``, and :class:`attention_course.transformer.Transformer` takes
@@ -20,6 +22,8 @@ batch-first; a float bias is added to the scores, ``-inf`` removes a position.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor, nn
@@ -69,6 +73,20 @@ def rotary_embedding(x: Tensor, positions: Tensor | None = None, base: float = 1
     return rotated.flatten(-2).to(x.dtype)
 
 
+def relative_distances(n: int, num_keys: int | None = None, align: str = "top_left",
+                       device=None) -> Tensor:
+    """Long ``(n, num_keys)``: query position minus key position, ``i - j`` for keys behind.
+
+    ``num_keys`` defaults to ``n``; ``align`` places the queries among the keys as
+    :func:`attention_course.masking.causal_mask` does (``"bottom_right"``: the queries are
+    the last ``n`` positions, so query ``i`` is at ``i + num_keys - n``).
+    """
+    start = query_start(n, num_keys, align)
+    num_keys = n if num_keys is None else num_keys
+    return (torch.arange(n, device=device)[:, None] + start
+            - torch.arange(num_keys, device=device))
+
+
 def alibi_slopes(num_heads: int) -> Tensor:
     """ALiBi's slopes ``m_h = 2^(-8h / num_heads)``, ``h = 1..num_heads``: float32 ``(num_heads,)``.
 
@@ -98,12 +116,8 @@ def alibi_bias(num_heads: int, n: int, num_keys: int | None = None, causal: bool
     (query ``i`` at position ``i``) or ``"bottom_right"`` (the queries are the last ``n``
     of ``num_keys`` positions, as new tokens attending to a KV cache).
     """
-    start = query_start(n, num_keys, align)
-    num_keys = n if num_keys is None else num_keys
-    slopes = alibi_slopes(num_heads).to(device)
-    distance = (torch.arange(n, device=device)[:, None] + start
-                - torch.arange(num_keys, device=device))  # query position - key position
-    bias = -slopes[:, None, None] * distance.abs()
+    distance = relative_distances(n, num_keys, align, device)
+    bias = -alibi_slopes(num_heads).to(device)[:, None, None] * distance.abs()
     if causal:
         bias = bias.masked_fill(distance < 0, float("-inf"))
     return bias
@@ -135,3 +149,52 @@ class LearnedPositionalEmbedding(nn.Module):
                              f"offset={offset})")
         positions = torch.arange(offset, offset + x.size(1), device=x.device)
         return x + self.table(positions).to(x.dtype)
+
+
+def relative_position_bucket(distance: Tensor, num_buckets: int = 32, max_distance: int = 128,
+                             bidirectional: bool = True) -> Tensor:
+    """T5's buckets for ``distance`` = query position - key position (Raffel et al. 2020).
+
+    Near distances get a bucket each; from ``num_buckets // 2`` (half of the buckets for
+    one direction) on, buckets widen logarithmically up to ``max_distance``, and all
+    further distances share the last bucket. ``bidirectional=True`` splits the buckets
+    between keys behind the query (``distance >= 0``) and keys ahead of it;
+    ``bidirectional=False`` (a decoder) puts every key ahead in bucket 0. Same shape, long.
+    """
+    buckets = torch.zeros_like(distance)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = (distance < 0).long() * num_buckets
+        distance = distance.abs()
+    else:
+        distance = distance.clamp(min=0)
+    exact = num_buckets // 2
+    far = exact + (torch.log(distance.float().clamp(min=1) / exact)
+                   / math.log(max_distance / exact) * (num_buckets - exact)).long()
+    far = far.clamp(max=num_buckets - 1)
+    return buckets + torch.where(distance < exact, distance, far)
+
+
+class RelativePositionBias(nn.Module):
+    """T5's learned relative position bias: one number per head and distance bucket.
+
+    Called as ``bias(n, num_keys=None, align="top_left")`` it returns the float
+    ``(num_heads, n, num_keys)`` to add to the scores (pass it as a float ``attn_mask``):
+    ``table[bucket(i - j), h]`` with the buckets of :func:`relative_position_bucket`.
+    Like ALiBi it depends on distances only, but it learns how much each distance
+    matters; the table starts at zero (no preference).
+    """
+
+    def __init__(self, num_heads: int, num_buckets: int = 32, max_distance: int = 128,
+                 bidirectional: bool = True) -> None:
+        super().__init__()
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.bidirectional = bidirectional
+        self.table = nn.Embedding(num_buckets, num_heads)
+        nn.init.zeros_(self.table.weight)
+
+    def forward(self, n: int, num_keys: int | None = None, align: str = "top_left") -> Tensor:
+        distance = relative_distances(n, num_keys, align, self.table.weight.device)
+        buckets = relative_position_bucket(distance, self.num_buckets, self.max_distance,
+                                           self.bidirectional)
+        return self.table(buckets).permute(2, 0, 1)  # (n, num_keys, heads) -> (heads, n, keys)

@@ -15,8 +15,11 @@ from attention_course.masking import causal_mask, padding_mask
 from attention_course.multihead import MultiHeadAttention
 from attention_course.positions import (
     LearnedPositionalEmbedding,
+    RelativePositionBias,
     alibi_bias,
     alibi_slopes,
+    relative_distances,
+    relative_position_bucket,
     rotary_embedding,
 )
 from attention_course.transformer import Transformer, translation_loss
@@ -169,6 +172,45 @@ def test_alibi_bias_rejects_bad_arguments():
         alibi_bias(2, 3, align="left")
     with pytest.raises(ValueError, match="num_keys"):
         alibi_bias(2, 3, -1)
+
+
+# ---------------------------------------------------------------- T5 buckets
+
+
+def test_relative_distances():
+    assert relative_distances(2, 4).tolist() == [[0, -1, -2, -3], [1, 0, -1, -2]]
+    assert relative_distances(2, 4, align="bottom_right").tolist() == [[2, 1, 0, -1],
+                                                                       [3, 2, 1, 0]]
+
+
+def test_t5_buckets_by_hand():
+    """32 buckets, max_distance 128, as in T5: exact below 8, log-spaced to 128, then 15;
+    keys ahead of the query (negative distance) in buckets 16..31."""
+    distance = torch.tensor([0, 1, 7, 8, 16, 32, 64, 127, 128, 1000, -1, -7, -16, -500])
+    expected = [0, 1, 7, 8, 10, 12, 14, 15, 15, 15, 17, 23, 26, 31]
+    assert relative_position_bucket(distance).tolist() == expected
+    causal = relative_position_bucket(torch.tensor([-3, 0, 5, 15, 16, 40, 127, 500]),
+                                      bidirectional=False)
+    # one direction: 32 buckets, exact below 16, then 16 + log(d / 16) / log(8) * 16
+    assert causal.tolist() == [0, 0, 5, 15, 16, 23, 31, 31]
+
+
+def test_relative_position_bias_module():
+    torch.manual_seed(0)
+    module = RelativePositionBias(3, num_buckets=8, max_distance=16)
+    assert torch.all(module(4) == 0)  # no preference at the start
+    torch.nn.init.normal_(module.table.weight)
+    bias = module(4, 6, align="bottom_right")
+    assert bias.shape == (3, 4, 6)
+    buckets = relative_position_bucket(relative_distances(4, 6, "bottom_right"), 8, 16)
+    for h in range(3):
+        torch.testing.assert_close(bias[h], module.table.weight[buckets, h])
+    # as a float mask, in attention: equal distances get equal bias
+    torch.testing.assert_close(bias[:, 1, 1], bias[:, 3, 3])
+    x = torch.randn(2, 4, 12, generator=_gen(9))
+    out, _ = MultiHeadAttention(12, 3)(x, x, x, attn_mask=module(4), is_causal=True)
+    out.sum().backward()
+    assert module.table.weight.grad.abs().sum() > 0
 
 
 # ---------------------------------------------------------------- learned table
