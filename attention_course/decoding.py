@@ -169,6 +169,7 @@ def sample_decode(model, src_ids: Tensor, bos_id: int, eos_id: int, max_len: int
 
     The same loop as greedy decoding (``model.generate``): rows end with ``eos_id`` (unless
     ``max_len`` steps ran out) followed by padding. ``temperature=0`` is greedy decoding.
+    A ``generator`` must be on the model's device.
     """
     return model.generate(src_ids, bos_id, eos_id,
                           lambda logits: sample_next(logits, temperature, top_k, top_p,

@@ -325,3 +325,16 @@ def test_beam_size_one_is_greedy_decoding(positional, eos):
 def test_beam_search_errors():
     with pytest.raises(ValueError, match="beam_size"):
         beam_search(TableModel(_greedy_trap), torch.tensor([[7]]), BOS, EOS, beam_size=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("positional", ["rope", "alibi"])
+def test_decoding_on_cuda(positional):
+    model = _model(8, positional=positional, num_kv_heads=1).cuda()
+    src = SOURCES.cuda()
+    cached = model.greedy_decode(src, 1, 12)
+    assert cached.device.type == "cuda"
+    assert torch.equal(cached, model.greedy_decode(src, 1, 12, use_cache=False))
+    assert torch.equal(beam_search(model, src, 1, 12, beam_size=1)[0], cached)
+    generator = torch.Generator("cuda").manual_seed(0)
+    assert sample_decode(model, src, 1, 12, top_p=0.9, generator=generator).is_cuda
