@@ -102,17 +102,40 @@ def padding_mask(valid_lens: torch.Tensor | Sequence[int], max_len: int) -> torc
     return torch.arange(max_len, device=lens.device) < lens[:, None]
 
 
-def causal_mask(n: int, num_keys: int | None = None, device=None) -> torch.Tensor:
-    """Bool look-ahead mask ``(n, n)``: True where query ``i`` may attend to key ``j <= i``.
+ALIGNMENTS = ("top_left", "bottom_right")
 
-    With ``num_keys`` the mask is ``(n, num_keys)``, aligned at the top-left corner as in
-    PyTorch's ``is_causal=True`` (query ``i`` still sees keys ``0..i``).
+
+def query_start(n: int, num_keys: int | None = None, align: str = "top_left") -> int:
+    """Position of query ``0`` among ``num_keys`` keys (default ``n``): ``0`` or ``num_keys - n``.
+
+    ``align="top_left"`` (PyTorch's ``is_causal=True``): queries and keys both start at
+    position 0. ``align="bottom_right"``: the ``n`` queries are the *last* ``n`` of the
+    ``num_keys`` positions, as when new tokens attend to a KV cache (PyTorch's
+    ``causal_lower_right``). Query ``i`` then sits at position ``i + query_start(...)``.
     """
     num_keys = n if num_keys is None else num_keys
     for name, value in (("n", n), ("num_keys", num_keys)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    return torch.ones(n, num_keys, dtype=torch.bool, device=device).tril()
+    if align not in ALIGNMENTS:
+        raise ValueError(f"align must be one of {ALIGNMENTS}, got {align!r}")
+    return num_keys - n if align == "bottom_right" else 0
+
+
+def causal_mask(n: int, num_keys: int | None = None, device=None,
+                align: str = "top_left") -> torch.Tensor:
+    """Bool look-ahead mask ``(n, num_keys)``: True where query ``i`` may attend to key ``j``.
+
+    Query ``i`` sees the keys up to its own position, ``j <= i + query_start(n, num_keys,
+    align)``. Without ``num_keys`` the mask is ``(n, n)`` with ``j <= i``. With more keys
+    than queries, ``align="top_left"`` (the default, as PyTorch's ``is_causal=True``) still
+    lets query ``i`` see keys ``0..i``; ``align="bottom_right"`` lets it see keys
+    ``j <= i + num_keys - n``, so the last query sees every key: what new tokens need when
+    they attend to a KV cache (PyTorch's ``causal_lower_right``).
+    """
+    start = query_start(n, num_keys, align)
+    num_keys = n if num_keys is None else num_keys
+    return torch.ones(n, num_keys, dtype=torch.bool, device=device).tril(start)
 
 
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:

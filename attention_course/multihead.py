@@ -13,6 +13,12 @@ It has two paths that compute the same function:
 
 Masks follow the course's single convention: a boolean mask is ``True`` where attention
 is *allowed*; a float mask is added to the scores. Shapes are batch-first.
+
+Part II adds three options. ``num_kv_heads`` gives grouped-query attention (fewer key and
+value heads than query heads, each shared by a group; ``1`` is multi-query attention).
+``positional="rope"`` or ``"alibi"`` puts relative positions inside attention
+(:mod:`attention_course.positions`). A :class:`~attention_course.decoding.KVCache` passed
+as ``cache`` keeps the keys and values of earlier calls, for generating one token at a time.
 """
 
 from __future__ import annotations
@@ -21,7 +27,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention_course.masking import scaled_dot_product_attention
+from attention_course.decoding import KVCache
+from attention_course.masking import causal_mask, scaled_dot_product_attention
+from attention_course.positions import alibi_bias, rotary_embedding
+
+POSITIONAL = (None, "rope", "alibi")
+
+
+def _sdpa_takes_enable_gqa() -> bool:
+    """Whether this PyTorch's fused kernel shares key/value heads itself (2.5 and later)."""
+    query, key_value = torch.zeros(1, 2, 1, 1), torch.zeros(1, 1, 1, 1)
+    try:
+        F.scaled_dot_product_attention(query, key_value, key_value, enable_gqa=True)
+    except TypeError:
+        return False
+    return True
+
+
+_SDPA_GQA = _sdpa_takes_enable_gqa()
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
@@ -47,6 +70,19 @@ class MultiHeadAttention(nn.Module):
     (default ``embed_dim``), so the module also does cross-attention between sequences
     of different widths. The projections are the ``nn.Linear`` submodules ``q_proj``,
     ``k_proj``, ``v_proj`` and ``out_proj``.
+
+    ``num_kv_heads`` (default ``num_heads``) gives grouped-query attention (Ainslie et
+    al. 2023): ``k_proj`` and ``v_proj`` produce ``num_kv_heads * head_dim`` features,
+    and query head ``h`` uses key/value head ``h // (num_heads // num_kv_heads)``;
+    ``num_kv_heads=1`` is multi-query attention (Shazeer 2019).
+
+    ``positional`` puts relative positions inside attention: ``None`` (the default; any
+    position information comes with the inputs), ``"rope"`` (queries and keys are rotated
+    by :func:`~attention_course.positions.rotary_embedding` with base ``rope_base``, after
+    the head split and before the kernel) or ``"alibi"`` (the bias of
+    :func:`~attention_course.positions.alibi_bias` is added to the scores: causal with
+    ``is_causal``, symmetric without). Queries and keys are at positions ``0, 1, ...``,
+    after the cached ones when there is a cache. Meant for self-attention.
     """
 
     def __init__(
@@ -57,6 +93,9 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         kdim: int | None = None,
         vdim: int | None = None,
+        num_kv_heads: int | None = None,
+        positional: str | None = None,
+        rope_base: float = 10000.0,
     ) -> None:
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0:
@@ -64,15 +103,27 @@ class MultiHeadAttention(nn.Module):
                              f"embed_dim={embed_dim}, num_heads={num_heads}")
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}")
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_kv_heads <= 0 or num_heads % num_kv_heads:
+            raise ValueError(f"num_kv_heads must be positive and divide num_heads={num_heads} "
+                             f"(each key/value head serves a group of query heads), got "
+                             f"num_kv_heads={num_kv_heads}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if positional not in POSITIONAL:
+            raise ValueError(f"positional must be one of {POSITIONAL}, got {positional!r}")
         self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
+        self.num_kv_heads, self.positional, self.rope_base = num_kv_heads, positional, rope_base
         self.head_dim = embed_dim // num_heads
+        if positional == "rope" and self.head_dim % 2:
+            raise ValueError(f"rope rotates pairs of features: head_dim = embed_dim / num_heads "
+                             f"= {embed_dim} / {num_heads} = {self.head_dim} must be even")
         self.kdim = embed_dim if kdim is None else kdim
         self.vdim = embed_dim if vdim is None else vdim
+        kv_dim = num_kv_heads * self.head_dim
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, kv_dim, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, kv_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     def forward(
@@ -83,6 +134,7 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        cache: KVCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query (B, Nq, embed_dim)`` to ``key (B, Nk, kdim)`` and ``value``.
 
@@ -90,30 +142,44 @@ class MultiHeadAttention(nn.Module):
         allowed) or float (added to the scores); a key-padding mask ``(B, Nk)`` becomes
         ``mask[:, None, None, :]``. ``is_causal`` lets query ``i`` see keys ``j <= i`` only
         (combined with ``attn_mask`` when both are given). Returns the output
-        ``(B, Nq, embed_dim)`` and, when ``need_weights``, the weights of every head
-        ``(B, num_heads, Nq, Nk)``, else ``None``. Unbatched inputs ``(N, dim)`` give
+        ``(B, Nq, embed_dim)`` and, when ``need_weights``, the weights of every (query)
+        head ``(B, num_heads, Nq, Nk)``, else ``None``. Unbatched inputs ``(N, dim)`` give
         unbatched results.
+
+        ``cache`` (a :class:`~attention_course.decoding.KVCache`) carries keys and values
+        from call to call. A growing cache (self-attention while generating): this call's
+        keys and values are appended, and the queries, the newest positions, attend to
+        all ``Nk`` cached ones; ``is_causal`` then aligns bottom-right (a single new query
+        sees every cached key), and RoPE and ALiBi count positions from the start of the
+        cache. A static cache (cross-attention): the first call stores the projected
+        ``key`` and ``value``, later calls reuse them.
         """
         if query.dim() == 2 and key.dim() == 2 and value.dim() == 2:
             out, weights = self(query[None], key[None], value[None], attn_mask, is_causal,
-                                need_weights)
+                                need_weights, cache)
             return out[0], None if weights is None else weights[0]
         self._check_inputs(query, key, value)
-        attn_mask = self._prepare_mask(attn_mask, is_causal, query.size(1), key.size(1), query)
-        q, k, v = self._project(query, key, value)
-        dropout_p = self.dropout if self.training else 0.0
+        if cache is not None and cache.static and (is_causal or self.positional is not None):
+            raise ValueError("a static cache holds cross-attention keys (the encoder memory): "
+                             "it takes neither is_causal nor positional='rope'/'alibi'")
+        q, k, v = self._attention_inputs(query, key, value, cache)
+        align = "top_left" if cache is None else "bottom_right"
+        attn_mask, kernel_causal = self._prepare_mask(attn_mask, is_causal, q.size(-2),
+                                                      k.size(-2), query, align)
+        options = dict(attn_mask=attn_mask, is_causal=kernel_causal,
+                       dropout_p=self.dropout if self.training else 0.0)
         if need_weights:
-            out, weights = scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, is_causal=is_causal and attn_mask is None,
-                dropout_p=dropout_p)
+            out, weights = scaled_dot_product_attention(q, *self._share_kv_heads(k, v), **options)
+        elif _SDPA_GQA and self.num_kv_heads != self.num_heads:
+            out, weights = F.scaled_dot_product_attention(q, k, v, **options, enable_gqa=True), None
         else:
-            out, weights = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, is_causal=is_causal and attn_mask is None,
-                dropout_p=dropout_p), None
+            out, weights = F.scaled_dot_product_attention(q, *self._share_kv_heads(k, v),
+                                                          **options), None
         return self.out_proj(merge_heads(out)), weights
 
     def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The three input projections, each split into heads ``(B, num_heads, N, head_dim)``.
+        """The three input projections, split into heads: ``q (B, num_heads, Nq, head_dim)``,
+        ``k`` and ``v (B, num_kv_heads, Nk, head_dim)``.
 
         In self-attention (one tensor passed as query, key and value) the three
         projections run as one matrix product, which saves two passes over the input.
@@ -123,14 +189,35 @@ class MultiHeadAttention(nn.Module):
             bias = None
             if self.q_proj.bias is not None:
                 bias = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
-            batch, length, _ = query.shape
-            qkv = F.linear(query, weight, bias).view(batch, length, 3, self.num_heads,
-                                                    self.head_dim)
-            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-            return q, k, v
-        return (split_heads(self.q_proj(query), self.num_heads),
-                split_heads(self.k_proj(key), self.num_heads),
-                split_heads(self.v_proj(value), self.num_heads))
+            kv_dim = self.num_kv_heads * self.head_dim
+            q, k, v = F.linear(query, weight, bias).split([self.embed_dim, kv_dim, kv_dim], -1)
+        else:
+            q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        return (split_heads(q, self.num_heads), split_heads(k, self.num_kv_heads),
+                split_heads(v, self.num_kv_heads))
+
+    def _attention_inputs(self, query: Tensor, key: Tensor, value: Tensor,
+                          cache: KVCache | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Projected heads, rotated when ``positional="rope"``, joined with the cache."""
+        if cache is not None and cache.static and len(cache):
+            return split_heads(self.q_proj(query), self.num_heads), cache.keys, cache.values
+        q, k, v = self._project(query, key, value)
+        if self.positional == "rope":
+            start = 0 if cache is None else len(cache)  # the position of the first new token
+            q = rotary_embedding(q, torch.arange(start, start + q.size(-2), device=q.device),
+                                 self.rope_base)
+            k = rotary_embedding(k, torch.arange(start, start + k.size(-2), device=k.device),
+                                 self.rope_base)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        return q, k, v
+
+    def _share_kv_heads(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Repeat each key/value head for its group of query heads: ``(B, num_heads, Nk, d)``."""
+        group = self.num_heads // self.num_kv_heads
+        if group == 1:
+            return k, v
+        return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
         shapes = (f"query {tuple(query.shape)}, key {tuple(key.shape)}, "
@@ -151,26 +238,50 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"query and key must have the same batch size; got {shapes}")
 
     def _prepare_mask(self, attn_mask: Tensor | None, is_causal: bool, nq: int, nk: int,
-                      query: Tensor) -> Tensor | None:
-        """Check ``attn_mask`` and fold ``is_causal`` into it when both are given."""
-        if attn_mask is None:
-            return None
-        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
-            raise ValueError(f"attn_mask must be bool (True = allowed) or float (added to the "
-                             f"scores); got dtype {attn_mask.dtype}")
-        target = (query.size(0), self.num_heads, nq, nk)
-        try:
-            if attn_mask.dim() > 4:
-                raise RuntimeError
-            torch.broadcast_shapes(attn_mask.shape, target)
-        except RuntimeError:
-            raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} is not broadcastable "
-                             f"to (B, num_heads, Nq, Nk) = {target}") from None
-        if attn_mask.is_floating_point():
-            attn_mask = attn_mask.to(query.dtype)
+                      query: Tensor, align: str) -> tuple[Tensor | None, bool]:
+        """Check ``attn_mask``; fold ``is_causal`` (aligned as ``align``) and ALiBi into it.
+
+        Returns the mask for the kernel and whether the kernel should apply its own
+        (top-left) causal mask, its fastest way, instead.
+        """
+        if attn_mask is not None:
+            if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+                raise ValueError(f"attn_mask must be bool (True = allowed) or float (added to "
+                                 f"the scores); got dtype {attn_mask.dtype}")
+            target = (query.size(0), self.num_heads, nq, nk)
+            try:
+                if attn_mask.dim() > 4:
+                    raise RuntimeError
+                torch.broadcast_shapes(attn_mask.shape, target)
+            except RuntimeError:
+                raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} is not "
+                                 f"broadcastable to (B, num_heads, Nq, Nk) = {target}") from None
+            if attn_mask.is_floating_point():
+                attn_mask = attn_mask.to(query.dtype)
+        if self.positional == "alibi":
+            bias = alibi_bias(self.num_heads, nq, nk, causal=is_causal, align=align,
+                              device=query.device).to(query.dtype)
+            return _add_to_bias(bias, attn_mask), False
         if not is_causal:
-            return attn_mask
-        causal = torch.ones(nq, nk, dtype=torch.bool, device=query.device).tril()
+            return attn_mask, False
+        if attn_mask is None:
+            if align == "top_left" or nq == nk:
+                return None, True
+            if nq == 1:  # a single new query sees every cached key
+                return None, False
+        causal = causal_mask(nq, nk, device=query.device, align=align)
+        if attn_mask is None:
+            return causal, False
         if attn_mask.dtype == torch.bool:
-            return attn_mask & causal
-        return attn_mask.masked_fill(~causal, float("-inf"))
+            return attn_mask & causal, False
+        return _add_to_bias(attn_mask, causal), False
+
+
+def _add_to_bias(bias: Tensor, mask: Tensor | None) -> Tensor:
+    """A float ``bias`` combined with ``mask``: ``-inf`` where a bool mask is False, a float
+    mask added; shapes broadcast."""
+    if mask is None:
+        return bias
+    if mask.dtype == torch.bool:
+        return torch.where(mask, bias, float("-inf"))
+    return bias + mask

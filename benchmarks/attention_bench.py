@@ -97,6 +97,13 @@ def time_once(step: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
+def environment() -> dict:
+    """The software and machine a measurement ran on."""
+    return {"torch": torch.__version__, "threads": torch.get_num_threads(),
+            "machine": platform.machine(), "processor": platform.processor(),
+            "python": platform.python_version()}
+
+
 def skip(config: str, length: int, max_explicit: int) -> bool:
     return config == "ours_explicit" and length > max_explicit
 
@@ -260,9 +267,7 @@ def main(argv: list[str] | None = None) -> None:
           f"embed_dim {args.embed_dim}, {args.heads} heads, {args.repeats} rounds", flush=True)
     report = {
         "settings": {k: v for k, v in vars(args).items() if k not in ("out", "memory_worker")},
-        "environment": {"torch": torch.__version__, "threads": torch.get_num_threads(),
-                        "machine": platform.machine(), "processor": platform.processor(),
-                        "python": platform.python_version()},
+        "environment": environment(),
         "time": run_timing(args),
     }
     if not args.no_memory and (memory := run_memory(args)):

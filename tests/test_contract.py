@@ -669,6 +669,146 @@ def test_transformer_decoder_is_causal():
 
 
 # --------------------------------------------------------------------------------------
+# Part II: bottom-right causal masks, grouped-query attention, positions, decoding
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n,num_keys", [(1, 6), (3, 6), (4, 4), (5, 2)])
+def test_causal_mask_alignments(n, num_keys):
+    masking = pytest.importorskip("attention_course.masking")
+    bottom_right = masking.causal_mask(n, num_keys, None, "bottom_right")
+    expected = torch.tensor([[j <= i + num_keys - n for j in range(num_keys)] for i in range(n)])
+    assert bottom_right.dtype == torch.bool and torch.equal(bottom_right, expected)
+    top_left = torch.tensor([[j <= i for j in range(num_keys)] for i in range(n)])
+    assert torch.equal(masking.causal_mask(n, num_keys), top_left)
+    assert torch.equal(masking.causal_mask(n=n, num_keys=num_keys, device=None,
+                                           align="top_left"), top_left)
+    with pytest.raises(ValueError):
+        masking.causal_mask(n, num_keys, align="diagonal")
+
+
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(4, 2), (4, 1), (6, 3), (4, 4)])
+def test_grouped_query_attention_by_hand(num_heads, num_kv_heads):
+    multihead = pytest.importorskip("attention_course.multihead")
+    torch.manual_seed(0)
+    embed_dim, head_dim = 4 * num_heads, 4
+    m = multihead.MultiHeadAttention(embed_dim, num_heads, num_kv_heads=num_kv_heads).eval()
+    for name in ["k_proj", "v_proj"]:
+        layer = getattr(m, name)
+        assert isinstance(layer, nn.Linear) and layer.out_features == num_kv_heads * head_dim
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape) * 0.5)
+    x, mem = randn(2, 3, embed_dim, seed=120), randn(2, 5, embed_dim, seed=121)
+    with torch.no_grad():
+        q = F.linear(x, m.q_proj.weight, m.q_proj.bias)
+        k = F.linear(mem, m.k_proj.weight, m.k_proj.bias)
+        v = F.linear(mem, m.v_proj.weight, m.v_proj.bias)
+        group = num_heads // num_kv_heads
+        heads, maps = [], []
+        for h in range(num_heads):
+            kv = h // group
+            qh = q[..., h * head_dim:(h + 1) * head_dim]
+            kh = k[..., kv * head_dim:(kv + 1) * head_dim]
+            vh = v[..., kv * head_dim:(kv + 1) * head_dim]
+            w = (qh @ kh.transpose(-2, -1) / math.sqrt(head_dim)).softmax(-1)
+            heads.append(w @ vh)
+            maps.append(w)
+        expected = F.linear(torch.cat(heads, -1), m.out_proj.weight, m.out_proj.bias)
+        fused, _ = m(x, mem, mem)
+        explicit, weights = m(x, mem, mem, need_weights=True)
+    torch.testing.assert_close(fused, expected, atol=ATOL, rtol=1e-5)
+    torch.testing.assert_close(explicit, expected, atol=ATOL, rtol=1e-5)
+    assert weights.shape == (2, num_heads, 3, 5)
+    torch.testing.assert_close(weights, torch.stack(maps, 1), atol=ATOL, rtol=1e-5)
+
+
+def test_rotary_embedding_properties():
+    positions = pytest.importorskip("attention_course.positions")
+    x = randn(2, 6, 8, seed=122).double()
+    out = positions.rotary_embedding(x)
+    assert out.shape == x.shape
+    torch.testing.assert_close(out[:, 0], x[:, 0])  # position 0: identity
+    torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1))
+    torch.testing.assert_close(positions.rotary_embedding(x, torch.arange(6)), out)
+    q, k = randn(8, seed=123).double(), randn(8, seed=124).double()
+
+    def score(p, s, base=10000.0):
+        rq = positions.rotary_embedding(q[None], torch.tensor([p]), base)[0]
+        rk = positions.rotary_embedding(k[None], positions=torch.tensor([s]), base=base)[0]
+        return float(rq @ rk)
+
+    for p, s, shift in [(3, 1, 5), (0, 7, 11), (100, 40, 1000)]:
+        assert score(p, s) == pytest.approx(score(p + shift, s + shift), abs=1e-9)
+        assert score(p, s, 50.0) == pytest.approx(score(p + shift, s + shift, 50.0), abs=1e-9)
+    assert score(3, 1) != pytest.approx(score(1, 3), abs=1e-3)  # the sign of p - s matters
+    # every feature pair turns by p * base^(-2i/d): cos of the angle between x and R_p x
+    # is the average of cos(p theta_i) over the pairs when all pairs have equal norm
+    ones = torch.ones(1, 8, dtype=torch.float64)
+    turned = positions.rotary_embedding(ones, torch.tensor([2.0]))[0]
+    thetas = [2.0 * 10000 ** (-2 * i / 8) for i in range(4)]
+    assert float(turned @ ones[0]) == pytest.approx(2 * sum(math.cos(t) for t in thetas))
+    with pytest.raises(ValueError):
+        positions.rotary_embedding(randn(2, 3, 5, seed=125))
+
+
+@pytest.mark.parametrize("num_heads,n,num_keys", [(8, 5, None), (4, 3, 3), (2, 4, 4)])
+def test_alibi_bias(num_heads, n, num_keys):
+    positions = pytest.importorskip("attention_course.positions")
+    bias = (positions.alibi_bias(num_heads, n) if num_keys is None
+            else positions.alibi_bias(num_heads, n, num_keys))
+    assert bias.shape == (num_heads, n, n) and bias.is_floating_point()
+    for h in range(num_heads):
+        slope = 2 ** (-8 * (h + 1) / num_heads)
+        for i in range(n):
+            for j in range(i + 1):
+                assert bias[h, i, j].item() == pytest.approx(-slope * (i - j), abs=1e-6)
+    if num_heads == 8:
+        torch.testing.assert_close(-bias[:, 1, 0], torch.tensor([2.0**-h for h in range(1, 9)]))
+
+
+def _decode_model(seed: int):
+    tr = pytest.importorskip("attention_course.transformer")
+    torch.manual_seed(seed)
+    return tr.Transformer(13, 11, 16, 2, 2, 32, 0.0, 0, max_len=12).eval()
+
+
+def test_greedy_decode_same_ids_with_and_without_cache():
+    model = _decode_model(4)
+    src = torch.tensor([[4, 2, 9, 1, 6], [3, 3, 8, 0, 0]])
+    with torch.no_grad():
+        cached = model.greedy_decode(src, 1, 10)
+        uncached = model.greedy_decode(src_ids=src, bos_id=1, eos_id=10, max_len=None,
+                                       use_cache=False)
+        assert torch.equal(cached, uncached)
+        first = int(cached[1, 0])  # a row that ends at once, the other goes on
+        early = model.greedy_decode(src, 1, first, max_len=6, use_cache=True)
+        assert torch.equal(early, model.greedy_decode(src, 1, first, 6, False))
+    assert early[1, 0] == first and early.shape[1] <= 6
+
+
+def test_beam_search_signature_greedy_and_scores():
+    decoding = pytest.importorskip("attention_course.decoding")
+    model = _decode_model(5)
+    src = torch.tensor([[4, 2, 9, 1, 6], [3, 3, 8, 0, 0]])
+    with torch.no_grad():
+        greedy = model.greedy_decode(src, 1, 10, max_len=7)
+        ids, scores = decoding.beam_search(model, src, 1, 10, beam_size=1, max_len=7)
+        assert torch.equal(ids, greedy)
+        ids4, scores4 = decoding.beam_search(model=model, src_ids=src, bos_id=1, eos_id=10,
+                                             beam_size=4, max_len=7, length_penalty=0.0)
+        assert ids4.dim() == 2 and ids4.size(0) == 2 and scores4.shape == (2,)
+        for out, score in [(ids, scores), (ids4, scores4)]:
+            tgt_in = torch.cat([torch.ones(2, 1, dtype=torch.long), out[:, :-1]], dim=1)
+            log_probs = model(src, tgt_in).log_softmax(-1)
+            for b in range(2):
+                row = out[b].tolist()
+                n = row.index(10) + 1 if 10 in row else len(row)
+                total = sum(float(log_probs[b, t, row[t]]) for t in range(n))
+                assert float(score[b]) == pytest.approx(total, abs=1e-4)
+
+
+# --------------------------------------------------------------------------------------
 # channel_spatial
 # --------------------------------------------------------------------------------------
 

@@ -153,6 +153,39 @@ def test_causal_mask_is_lower_triangular():
     assert torch.equal(causal_mask(2, 3), torch.tensor([[True, False, False], [True, True, False]]))
 
 
+@pytest.mark.parametrize("n,num_keys", [(1, 5), (3, 5), (4, 4), (5, 3), (0, 2)])
+def test_causal_mask_bottom_right_alignment(n, num_keys):
+    mask = causal_mask(n, num_keys, align="bottom_right")
+    assert mask.shape == (n, num_keys) and mask.dtype == torch.bool
+    for i in range(n):
+        for j in range(num_keys):
+            assert bool(mask[i, j]) == (j <= i + num_keys - n)
+    if n:
+        assert mask[-1].all()  # the newest query sees every key, as with a KV cache
+    assert torch.equal(causal_mask(n, num_keys, align="top_left"), causal_mask(n, num_keys))
+
+
+@pytest.mark.parametrize("n,num_keys", [(1, 5), (3, 5), (4, 4)])
+def test_causal_mask_alignments_equal_pytorch_causal_biases(n, num_keys):
+    bias = pytest.importorskip("torch.nn.attention.bias")
+    q, k, v = _qkv(2, 3, nq=n, nk=num_keys, seed=19)
+    for align, theirs in [("bottom_right", bias.causal_lower_right(n, num_keys)),
+                          ("top_left", bias.causal_upper_left(n, num_keys))]:
+        ours = causal_mask(n, num_keys, align=align)
+        torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v, attn_mask=ours),
+                                   F.scaled_dot_product_attention(q, k, v, attn_mask=theirs),
+                                   atol=1e-6, rtol=0)
+
+
+def test_causal_mask_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="align must be one of"):
+        causal_mask(3, 4, align="bottom-right")
+    with pytest.raises(ValueError, match="num_keys"):
+        causal_mask(3, -1)
+    with pytest.raises(ValueError, match="n must"):
+        causal_mask(2.0)
+
+
 def test_combine_masks_broadcasts_with_and():
     pad = padding_mask(torch.tensor([2, 3]), 3)[:, None, :]
     combined = combine_masks(pad, causal_mask(3), None)

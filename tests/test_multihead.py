@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from attention_course.decoding import KVCache
 from attention_course.masking import causal_mask, padding_mask
 from attention_course.multihead import MultiHeadAttention, merge_heads, split_heads
 
@@ -270,3 +271,183 @@ def test_cuda_low_precision_paths_agree(dtype):
                                cpu(x.float().cpu(), x.float().cpu(), x.float().cpu(),
                                    attn_mask=real.cpu(), is_causal=True)[0],
                                rtol=5e-2, atol=5e-2)
+
+
+# ---------------------------------------------------------------- grouped-query attention
+
+
+def _repeated_kv(gqa: MultiHeadAttention) -> MultiHeadAttention:
+    """An ordinary MHA whose key/value weights are the GQA ones repeated for each group."""
+    bias = gqa.q_proj.bias is not None
+    mha = MultiHeadAttention(gqa.embed_dim, gqa.num_heads, bias=bias, kdim=gqa.kdim,
+                             vdim=gqa.vdim)
+    group = gqa.num_heads // gqa.num_kv_heads
+    state = dict(gqa.state_dict())
+    for name in ["k_proj.weight", "v_proj.weight"] + (["k_proj.bias", "v_proj.bias"] * bias):
+        per_head = state[name].unflatten(0, (gqa.num_kv_heads, gqa.head_dim))
+        state[name] = per_head.repeat_interleave(group, dim=0).flatten(0, 1)
+    mha.load_state_dict(state)
+    return mha
+
+
+def test_gqa_with_as_many_kv_heads_is_ordinary_mha():
+    torch.manual_seed(0)
+    gqa = MultiHeadAttention(16, 4, num_kv_heads=4)
+    mha = MultiHeadAttention(16, 4)
+    mha.load_state_dict(gqa.state_dict())
+    x = torch.randn(2, 5, 16, generator=_gen(20))
+    for need in (False, True):
+        out, weights = gqa(x, x, x, is_causal=True, need_weights=need)
+        expected, expected_w = mha(x, x, x, is_causal=True, need_weights=need)
+        torch.testing.assert_close(out, expected)
+        if need:
+            torch.testing.assert_close(weights, expected_w)
+
+
+@PROPERTY
+@given(seed=st.integers(0, 1000), kv_heads=st.sampled_from([1, 2, 4]), causal=st.booleans(),
+       masked=st.booleans(), self_attention=st.booleans(), nq=st.integers(1, 5),
+       nk=st.integers(1, 5))
+def test_gqa_equals_mha_with_repeated_kv_weights(seed, kv_heads, causal, masked, self_attention,
+                                                 nq, nk):
+    torch.manual_seed(seed)
+    gqa = MultiHeadAttention(16, 8, num_kv_heads=kv_heads, kdim=None if self_attention else 6,
+                             vdim=None if self_attention else 5)
+    mha = _repeated_kv(gqa)
+    query = torch.randn(2, nq, 16)
+    key, value = (query, query) if self_attention else (torch.randn(2, nk, 6),
+                                                        torch.randn(2, nk, 5))
+    nk = key.size(1)
+    mask = padding_mask(torch.randint(1, nk + 1, (2,)), nk)[:, None, None, :] if masked else None
+    expected, expected_w = mha(query, key, value, attn_mask=mask, is_causal=causal,
+                               need_weights=True)
+    fused, _ = gqa(query, key, value, attn_mask=mask, is_causal=causal)
+    explicit, weights = gqa(query, key, value, attn_mask=mask, is_causal=causal,
+                            need_weights=True)
+    torch.testing.assert_close(fused, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(explicit, expected, rtol=1e-5, atol=1e-5)
+    assert weights.shape == (2, 8, nq, nk)  # per query head
+    torch.testing.assert_close(weights, expected_w, rtol=1e-5, atol=1e-6)
+
+
+def test_gqa_query_heads_share_kv_heads_in_groups():
+    torch.manual_seed(1)
+    module = MultiHeadAttention(16, 4, num_kv_heads=2)  # heads 0, 1 -> kv 0; heads 2, 3 -> kv 1
+    assert module.k_proj.weight.shape == (8, 16) and module.v_proj.weight.shape == (8, 16)
+    with torch.no_grad():
+        module.q_proj.weight.copy_(torch.eye(16))
+        module.q_proj.bias.zero_()
+    x = torch.randn(1, 3, 16, generator=_gen(21))
+    _, weights = module(x, x, x, need_weights=True)
+    keys = module.k_proj(x).view(1, 3, 2, 4).transpose(1, 2)  # (1, kv heads, 3, 4)
+    queries = x.view(1, 3, 4, 4).transpose(1, 2)
+    for h, kv in [(0, 0), (1, 0), (2, 1), (3, 1)]:
+        expected = (queries[:, h] @ keys[:, kv].transpose(-2, -1) / 2).softmax(-1)
+        torch.testing.assert_close(weights[:, h], expected)
+
+
+def test_multi_query_attention_has_one_kv_head():
+    module = MultiHeadAttention(32, 8, num_kv_heads=1, bias=False)
+    assert module.k_proj.weight.shape == (4, 32) and module.v_proj.weight.shape == (4, 32)
+    x = torch.randn(2, 5, 32, generator=_gen(22))
+    torch.testing.assert_close(module(x, x, x)[0], _repeated_kv(module)(x, x, x)[0],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_gqa_without_the_kernels_enable_gqa(monkeypatch):
+    """Older PyTorch (< 2.5) has no enable_gqa: the heads are then repeated by hand."""
+    import attention_course.multihead as multihead
+
+    torch.manual_seed(2)
+    module = MultiHeadAttention(16, 4, num_kv_heads=2)
+    x = torch.randn(2, 5, 16, generator=_gen(23))
+    expected = module(x, x, x, is_causal=True)[0]
+    monkeypatch.setattr(multihead, "_SDPA_GQA", False)
+    torch.testing.assert_close(module(x, x, x, is_causal=True)[0], expected)
+
+
+def test_gqa_takes_the_fused_kernel():
+    from torch.profiler import ProfilerActivity, profile
+
+    module = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
+    x = torch.randn(2, 5, 16, generator=_gen(24))
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        module(x, x, x)
+    assert "aten::scaled_dot_product_attention" in {event.name for event in prof.events()}
+
+
+@pytest.mark.parametrize("kv_heads", [0, 3, -2])
+def test_bad_num_kv_heads_raise(kv_heads):
+    with pytest.raises(ValueError, match=rf"divide num_heads=4.*num_kv_heads={kv_heads}"):
+        MultiHeadAttention(16, 4, num_kv_heads=kv_heads)
+
+
+# ---------------------------------------------------------------- KV cache
+
+
+@pytest.mark.parametrize("positional", [None, "rope", "alibi"])
+@pytest.mark.parametrize("kv_heads", [None, 1])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_cached_steps_equal_full_causal_attention(positional, kv_heads, need_weights):
+    """Feeding 3 tokens, then 1, then 2, through a cache gives the full causal result."""
+    torch.manual_seed(3)
+    module = MultiHeadAttention(16, 4, num_kv_heads=kv_heads, positional=positional)
+    x = torch.randn(2, 6, 16, generator=_gen(25))
+    expected, expected_w = module(x, x, x, is_causal=True, need_weights=True)
+    cache = KVCache()
+    outputs, start = [], 0
+    for stop in (3, 4, 6):
+        chunk = x[:, start:stop]
+        out, weights = module(chunk, chunk, chunk, is_causal=True, need_weights=need_weights,
+                              cache=cache)
+        outputs.append(out)
+        assert len(cache) == stop
+        assert cache.keys.shape == (2, kv_heads or 4, stop, 4)
+        if need_weights:  # the new queries against every cached key, bottom-right aligned
+            torch.testing.assert_close(weights, expected_w[:, :, start:stop, :stop],
+                                       rtol=1e-5, atol=1e-6)
+        start = stop
+    torch.testing.assert_close(torch.cat(outputs, dim=1), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_cache_with_a_padding_mask_over_every_key():
+    torch.manual_seed(4)
+    module = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 4, 8, generator=_gen(26))
+    real = padding_mask(torch.tensor([4, 2]), 4)[:, None, None, :]
+    expected, _ = module(x, x, x, attn_mask=real, is_causal=True)
+    cache = KVCache()
+    steps = [module(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], attn_mask=real[..., :t + 1],
+                    is_causal=True, cache=cache)[0] for t in range(4)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_static_cache_projects_the_memory_once():
+    torch.manual_seed(5)
+    module = MultiHeadAttention(8, 2, kdim=6, vdim=6)
+    memory = torch.randn(2, 5, 6, generator=_gen(27))
+    y = torch.randn(2, 3, 8, generator=_gen(28))
+    expected, _ = module(y, memory, memory)
+    cache = KVCache(static=True)
+    first, _ = module(y[:, :1], memory, memory, cache=cache)
+    with torch.no_grad():  # the memory's keys and values now come from the cache
+        module.k_proj.weight.zero_()
+        module.v_proj.weight.zero_()
+    rest, weights = module(y[:, 1:], memory, memory, cache=cache, need_weights=True)
+    torch.testing.assert_close(torch.cat([first, rest], dim=1), expected)
+    assert len(cache) == 5 and weights.shape == (2, 2, 2, 5)
+
+
+def test_cache_errors():
+    module = MultiHeadAttention(8, 2)
+    x = torch.randn(1, 2, 8)
+    with pytest.raises(ValueError, match="static cache"):
+        module(x, x, x, is_causal=True, cache=KVCache(static=True))
+    cache = KVCache()
+    module(x, x, x, cache=cache)
+    with pytest.raises(ValueError, match=r"do not continue the cached.*\(1, 2, 2, 4\)"):
+        module(torch.randn(3, 1, 8), torch.randn(3, 1, 8), torch.randn(3, 1, 8), cache=cache)
+    static = KVCache(static=True)
+    static.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    with pytest.raises(ValueError, match="filled once"):
+        static.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -53,6 +54,12 @@ def _randomise_norms(module: nn.Module) -> None:
             if isinstance(m, nn.LayerNorm):
                 m.weight.uniform_(0.5, 1.5)
                 m.bias.uniform_(-0.5, 0.5)
+
+
+def _copy_batch(src: torch.Tensor) -> SimpleNamespace:
+    """A copy task: the target is the source (``<bos>`` = 1 in front of the decoder input)."""
+    tgt_in = torch.cat([torch.ones(len(src), 1, dtype=torch.long), src[:, :-1]], 1)
+    return SimpleNamespace(src=src, tgt_in=tgt_in, tgt_out=src)
 
 
 def _model(seed: int = 0, **kw) -> Transformer:
@@ -243,24 +250,23 @@ def test_greedy_decode_matches_teacher_forced_argmax():
         assert torch.all(row[n:] == 0)
 
 
-def test_training_learns_a_tiny_copy_task():
+def _trained_copy_model(src: torch.Tensor, **kw) -> Transformer:
+    """A small model trained for 150 steps to copy ``src`` (the target is the source)."""
     torch.manual_seed(0)
-    model = Transformer(8, 8, 32, 2, 1, 64, max_len=10)
-    src = torch.tensor([[4, 5, 6, 2], [7, 6, 5, 2], [5, 7, 4, 2], [6, 4, 7, 2]])
-
-    class Batch:
-        pass
-
-    batch = Batch()
-    batch.src, batch.tgt_in = src, torch.cat([torch.ones(4, 1, dtype=torch.long), src[:, :-1]], 1)
-    batch.tgt_out = src
+    model = Transformer(8, 8, 32, 2, 1, 64, max_len=10, **kw)
+    batch = _copy_batch(src)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(150):
         optimizer.zero_grad()
         translation_loss(model, batch).backward()
         optimizer.step()
-    model.eval()
+    return model.eval()
+
+
+def test_training_learns_a_tiny_copy_task():
+    src = torch.tensor([[4, 5, 6, 2], [7, 6, 5, 2], [5, 7, 4, 2], [6, 4, 7, 2]])
+    model = _trained_copy_model(src)
     assert torch.equal(model.greedy_decode(src, 1, 2, max_len=6)[:, :4], src)
 
 
@@ -302,3 +308,92 @@ def test_transformer_on_cuda_matches_cpu():
     torch.testing.assert_close(logits.cpu(), expected, rtol=1e-3, atol=1e-3)
     out = model.greedy_decode(src.cuda(), 1, 2, max_len=5)
     assert out.device.type == "cuda"
+
+
+# ---------------------------------------------------------------- decoding with a KV cache
+
+SCHEMES = ["sinusoidal", "learned", "rope", "alibi", "none"]
+
+
+@pytest.mark.parametrize("positional", SCHEMES)
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cached_decode_steps_equal_full_decode(positional, norm_first):
+    """Token by token through the cache, each position gets the logits of a full pass: the
+    new token's position is the cache length (absolute tables, RoPE and ALiBi alike)."""
+    model = _model(4, positional=positional, norm_first=norm_first, num_kv_heads=1)
+    if positional == "learned":  # rows that differ visibly from position to position
+        torch.nn.init.normal_(model.positional_encoding.table.weight)
+    src = torch.tensor([[4, 5, 6, 2, 0], [7, 8, 9, 10, 2]])
+    tgt = torch.tensor([[1, 5, 7, 3, 9, 2], [1, 4, 4, 8, 0, 0]])
+    memory, _ = model.encode(src)
+    expected, expected_self, expected_cross = model.decode(tgt, memory, src, need_weights=True)
+    cache = model.new_cache()
+    steps = []
+    for t in range(6):
+        logits, self_w, cross_w = model.decode(tgt[:, t:t + 1], memory, src, need_weights=True,
+                                               cache=cache)
+        steps.append(logits)
+        assert len(cache) == t + 1
+        torch.testing.assert_close(self_w[0][..., 0, :], expected_self[0][..., t, : t + 1],
+                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(cross_w[1][..., 0, :], expected_cross[1][..., t, :],
+                                   rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, rtol=1e-4, atol=1e-5)
+
+
+def _greedy_both_ways(model, src, bos=1, eos=2, max_len=None):
+    cached = model.greedy_decode(src, bos, eos, max_len=max_len)
+    uncached = model.greedy_decode(src, bos, eos, max_len=max_len, use_cache=False)
+    assert torch.equal(cached, uncached)
+    return cached
+
+
+@pytest.mark.parametrize("positional", SCHEMES)
+@pytest.mark.parametrize("num_kv_heads", [None, 1])
+def test_greedy_decode_is_the_same_with_and_without_the_cache(positional, num_kv_heads):
+    model = _model(5, positional=positional, num_kv_heads=num_kv_heads)
+    src = torch.tensor([[4, 5, 6, 2, 0, 0], [7, 8, 9, 10, 3, 2], [5, 2, 0, 0, 0, 0]])
+    out = _greedy_both_ways(model, src, eos=12)  # 12 is rarely produced: long outputs
+    # early EOS: end at the token row 0 produces first; the other rows go on, padded
+    first = int(out[0, 0])
+    early = _greedy_both_ways(model, src, eos=first)
+    assert early[0, 0] == first and torch.all(early[0, 1:] == 0)
+    for row in early:  # after EOS, padding only
+        ends = (row == first).nonzero()
+        if len(ends):
+            assert torch.all(row[int(ends[0]) + 1:] == 0)
+
+
+def test_greedy_decode_with_cache_on_a_trained_model():
+    src = torch.tensor([[4, 5, 6, 2], [7, 6, 5, 2], [5, 7, 2, 0], [6, 2, 0, 0]])
+    model = _trained_copy_model(src, positional="rope")
+    out = _greedy_both_ways(model, src, max_len=6)
+    assert torch.equal(out[:, :4], src)
+
+
+def test_cached_decoding_projects_the_memory_once_per_decode():
+    model = _model(6)
+    calls = {"cross": 0, "self": 0}
+    for layer in model.decoder.layers:
+        layer.cross_attn.k_proj.register_forward_hook(
+            lambda *_: calls.__setitem__("cross", calls["cross"] + 1))
+        layer.self_attn.q_proj.register_forward_hook(
+            lambda *_: calls.__setitem__("self", calls["self"] + 1))
+    src = torch.tensor([[4, 5, 6, 2, 0], [7, 8, 9, 10, 2]])
+    out = model.greedy_decode(src, 1, 12, max_len=7)
+    assert out.shape == (2, 7)
+    assert calls["cross"] == len(model.decoder.layers)  # once per layer, not once per step
+    calls["cross"] = 0
+    model.greedy_decode(src, 1, 12, max_len=7, use_cache=False)
+    assert calls["cross"] == 7 * len(model.decoder.layers)
+
+
+def test_decode_with_cache_checks_max_len():
+    model = _model(7, positional="learned", max_len=4)
+    src = torch.tensor([[4, 5]])
+    memory, _ = model.encode(src)
+    cache = model.new_cache()
+    model.decode(torch.tensor([[1, 5, 6]]), memory, src, cache=cache)
+    with pytest.raises(ValueError, match="length 2 after 3 cached positions, more than max_len=4"):
+        model.decode(torch.tensor([[7, 8]]), memory, src, cache=cache)
+    assert model.greedy_decode(src, 1, 12).shape == (1, 3)  # max_len - 1 new tokens at most
