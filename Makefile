@@ -10,11 +10,12 @@ TORCH_SPEC ?= torch>=2.2
 STAMP      := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: book test setup web-assets browser lint format strip bench gpu-check clean help
+.PHONY: book instructor-book test setup web-assets browser lint format strip bench gpu-check clean help
 
 help:
 	@echo "make book   - set up .venv and build the book into _build/html"
 	@echo "make test   - set up .venv and run every test"
+	@echo "make instructor-book - the instructor's edition (solutions) in _build/instructor"
 	@echo "make lint   - ruff over the package, tests and notebooks"
 	@echo "make bench  - run the benchmarks (print ratios measured in one run, write JSON)"
 	@echo "make gpu-check - on a CUDA machine: gpu tests, grading and every chapter on the GPU"
@@ -39,6 +40,9 @@ book: setup
 	$(BIN)/jupyter-book build . -W --keep-going
 	@echo ""
 	@echo "The book is at: $(CURDIR)/_build/html/index.html"
+
+instructor-book: setup
+	$(BIN)/python scripts/instructor_book.py
 
 test: setup
 	$(BIN)/python -m pytest tests book --nbval-lax --nbval-current-env \

@@ -12,6 +12,8 @@ from attention_course.grading import Case, Exercise, Question, check, run_checks
 from attention_course.grading.compare import NotPlainData, compare, rows_sum_to_one, validate_plain
 from attention_course.grading.make_learner import learner_notebook, strip_solutions
 from attention_course.grading.registry import all_exercises, get_exercise
+from attention_course.grading.results import evaluate
+from attention_course.grading.spec import Mistake
 
 EX = "01_attention_pooling"
 
@@ -210,3 +212,125 @@ def test_magics_become_no_ops():
         "x = 1\n  pass\npass\n"
     )
     assert strip_magics("%%time\nx = 1\n") == ""
+
+
+# --------------------------------------------------------------------------- teaching
+# feedback: known mistakes, held-back cases, parts, choices, gradients, dependencies
+def _scaled(q, k):
+    return q @ k.transpose(1, 2) / q.shape[-1] ** 0.5
+
+
+def _unscaled(q, k):
+    return q @ k.transpose(1, 2)
+
+
+def _judge(question, target):
+    from attention_course.grading.checking import _answers
+
+    cases = list(question.cases())
+    wrong = {m.name: _answers(question, m.wrong, cases) for m in question.mistakes}
+    expected = _answers(question, question.reference, cases)
+    return evaluate(question, cases, expected, _answers(question, target, cases), wrong)
+
+
+def _qk_cases():
+    g = torch.Generator().manual_seed(0)
+    return [Case(args=(torch.randn(1, 2, 4, generator=g), torch.randn(1, 3, 4, generator=g)),
+                 label="d=4"),
+            Case(args=(torch.randn(2, 3, 9, generator=g), torch.randn(2, 2, 9, generator=g)),
+                 hidden=True)]
+
+
+SCALED = Question(id="q1", symbol="scaled", points=2, reference=_scaled, cases=_qk_cases,
+                  mistakes=(Mistake("unscaled", _unscaled, "forgot the square root of d"),),
+                  hint="the spread", section="Scaling")
+
+
+def test_a_known_mistake_is_named():
+    r = _judge(SCALED, _unscaled)
+    assert r.status == "failed" and r.message == "case 1 (d=4): forgot the square root of d"
+    assert "Reread the chapter's section \"Scaling\"" in r.hint
+    r = _judge(SCALED, lambda q, k: _scaled(q, k) * 3)  # an unknown mistake: generic message
+    assert "values differ" in r.message and "square root" not in r.message
+
+
+def test_held_back_cases_count_but_stay_hidden():
+    def fitted(q, k):  # right on the visible case only
+        return _scaled(q, k) if q.shape[-1] == 4 else torch.zeros(q.shape[0], q.shape[1],
+                                                                  k.shape[1])
+
+    r = _judge(SCALED, fitted)
+    assert r.points == 0 and r.message.startswith("held-back case 2 (the check does not show")
+
+
+def test_parts_earn_points_separately_and_choices_are_checked():
+    question = Question(
+        id="q2", symbol="predict", points=3, kind="predict",
+        reference=lambda: {"a": "dot", "b": "cosine"}, cases=lambda: [Case()],
+        parts={"a": 1, "b": 2}, choices=("dot", "cosine"),
+        mistakes=(Mistake("swapped", lambda: {"a": "cosine", "b": "dot"}, "lengths matter"),))
+    r = _judge(question, lambda: {"a": "dot", "b": "dot"})
+    assert (r.points, r.status) == (1, "failed") and "'b' in case 1: lengths matter" in r.message
+    assert r.line().startswith("[PART] q2 (predict) `predict`: 1/3 points")
+    r = _judge(question, lambda: {"a": "Dot", "b": "cosine"})
+    assert r.points == 2 and "'Dot' is not one of the choices: 'dot', 'cosine'" in r.message
+    r = _judge(question, lambda: "dot")
+    assert r.points == 0 and "return a dict with the keys 'a', 'b'" in r.message
+    assert _judge(question, question.reference).points == 3
+
+
+def test_gradients_must_flow_when_asked():
+    question = Question(id="q3", symbol="scaled", points=1, reference=_scaled,
+                        cases=_qk_cases, grad=True)
+    assert _judge(question, _scaled).passed
+    with pytest.raises(Exception, match="does not carry gradients"):
+        _judge(question, lambda q, k: _scaled(q, k).detach())
+    r = _judge(question, lambda q, k: _scaled(q, k.detach()))  # no gradient reaches k
+    assert "the output is right, but not its gradient" in r.message
+    assert "gradient of input 2" in r.message
+
+
+def test_a_boolean_answer_must_be_boolean():
+    e = torch.ones(3, 3, dtype=torch.bool).tril()
+    assert "expected a boolean tensor" in compare(e, e.float())
+    assert "expected a boolean tensor" in compare(e, e.long())
+    assert "expected an integer tensor" in compare(torch.arange(3), torch.arange(3.0))
+    assert compare(e, e.clone()) is None
+
+
+def test_a_failure_that_builds_on_a_failed_question_says_so():
+    from attention_course.grading.results import builds_on_failed, result
+
+    first = Question(id="q1_split", symbol="split", points=1, reference=abs, cases=list)
+    second = Question(id="q2_mha", symbol="MHA", points=2, reference=abs, cases=list,
+                      builds_on=("q1_split",))
+    results = [result(first, "failed", "wrong"), result(second, "failed", "values differ")]
+    out = builds_on_failed([first, second], results)
+    assert out[1].message.startswith("this question calls your answer to q1_split (`split`)")
+    assert out[1].message.endswith("values differ")
+    passed = builds_on_failed([first, second], [result(first, "passed", ""), results[1]])
+    assert passed[1].message == "values differ"
+    with pytest.raises(ValueError, match="not earlier questions"):
+        Exercise(id="09_order", title="t", questions=(second, first))
+
+
+def test_starter_regions_give_the_learner_the_broken_code():
+    source = ("def f(x):\n    # BEGIN SOLUTION\n    return x + 1\n    # END SOLUTION\n"
+              "    # BEGIN STARTER\n    # y = x\n    #\n    # return y - 1\n    # END STARTER\n")
+    assert strip_solutions(source) == "def f(x):\n    y = x\n\n    return y - 1\n"
+    with pytest.raises(ValueError, match="commented out"):
+        strip_solutions("# BEGIN SOLUTION\nx\n# END SOLUTION\n# BEGIN STARTER\ny = 1\n"
+                        "# END STARTER\n")
+    with pytest.raises(ValueError, match="must follow a SOLUTION"):
+        strip_solutions("# BEGIN STARTER\n# y = 1\n# END STARTER\n")
+
+
+def test_the_learner_cell_is_not_folded():
+    nb = {"metadata": {}, "cells": [
+        {"cell_type": "code", "metadata": {"tags": ["hide-input"]}, "outputs": [],
+         "execution_count": None,
+         "source": "def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n"},
+        {"cell_type": "code", "metadata": {"tags": ["hide-input"]}, "outputs": [],
+         "execution_count": None, "source": "import matplotlib"}]}
+    cells = learner_notebook(nb)["cells"]
+    assert "tags" not in cells[0]["metadata"] and cells[1]["metadata"]["tags"] == ["hide-input"]

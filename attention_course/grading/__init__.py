@@ -14,11 +14,12 @@ them (see :mod:`attention_course.grading.sandbox`).
 from attention_course.grading.checking import check, run_checks
 from attention_course.grading.registry import all_exercises, get_exercise
 from attention_course.grading.results import QuestionResult, SubmissionResult
-from attention_course.grading.spec import Case, Exercise, Question
+from attention_course.grading.spec import Case, Exercise, Mistake, Question
 
 __all__ = [
     "Case",
     "Exercise",
+    "Mistake",
     "Question",
     "QuestionResult",
     "SubmissionResult",

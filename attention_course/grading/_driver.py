@@ -100,19 +100,62 @@ def _load_param(obj, name: str, value) -> None:
         target.copy_(value)
 
 
-def call_case(target, call: str, method: str, case: dict, device: str | None = None):
+class NoGradient(RuntimeError):
+    """The output of a question that asks for gradients does not carry them."""
+
+
+def _float_leaves(value) -> list:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value] if value.is_floating_point() else []
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _float_leaves(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _float_leaves(v)]
+    return []
+
+
+def _with_gradients(output, inputs: list) -> dict:
+    """``{"output", "gradients"}``: the gradients of a fixed random projection of the
+    (first) output with respect to every floating-point input."""
+    import torch
+
+    first = output[0] if isinstance(output, (tuple, list)) and output else output
+    if not isinstance(first, torch.Tensor) or not first.requires_grad:
+        raise NoGradient(
+            "the output does not carry gradients back to the inputs: was a tensor turned "
+            "into a Python number (.item(), float(...)), detached, computed under no_grad, "
+            "or rebuilt from numbers?")
+    projection = torch.randn(first.shape, generator=torch.Generator().manual_seed(0),
+                             dtype=torch.float64).to(first.device, first.dtype)
+    grads = torch.autograd.grad((first * projection).sum(), inputs, allow_unused=True)
+    return {"output": output,
+            "gradients": [torch.zeros_like(x) if g is None else g
+                          for g, x in zip(grads, inputs, strict=True)]}
+
+
+def call_case(target, call: str, method: str, case: dict, device: str | None = None,
+              grad: bool = False):
     """Call ``target`` (a function, or a class for ``call == "module"``) on one case; with
-    ``device``, the inputs (and a module) are moved there first."""
+    ``device``, the inputs (and a module) are moved there first; with ``grad``, the
+    floating-point inputs require gradients and the answer holds them (see
+    :func:`_with_gradients`)."""
     case = clone_inputs(case, device)
+    inputs = _float_leaves([case["args"], case["kwargs"]]) if grad else []
+    for tensor in inputs:
+        tensor.requires_grad_(True)
     if call == "function":
-        return target(*case["args"], **case["kwargs"])
-    obj = target(*case["init_args"], **case["init_kwargs"])
-    if device is not None and hasattr(obj, "to"):
-        obj = obj.to(device)
-    for name, value in case["params"].items():
-        _load_param(obj, name, value)
-    fn = obj if method == "forward" else getattr(obj, method)
-    return fn(*case["args"], **case["kwargs"])
+        output = target(*case["args"], **case["kwargs"])
+    else:
+        obj = target(*case["init_args"], **case["init_kwargs"])
+        if device is not None and hasattr(obj, "to"):
+            obj = obj.to(device)
+        for name, value in case["params"].items():
+            _load_param(obj, name, value)
+        fn = obj if method == "forward" else getattr(obj, method)
+        output = fn(*case["args"], **case["kwargs"])
+    return _with_gradients(output, inputs) if grad else output
 
 
 def to_plain(value, depth: int = 0):
@@ -597,7 +640,8 @@ def run_job(package_dir: str | None) -> None:
             continue
         try:
             outputs = [
-                to_plain(call_case(target, question["call"], question["method"], case, device))
+                to_plain(call_case(target, question["call"], question["method"], case, device,
+                                   question.get("grad", False)))
                 for case in question["cases"]
             ]
         except NotImplementedError:

@@ -17,6 +17,7 @@ from attention_course.grading._driver import call_case, describe_error, to_plain
 from attention_course.grading.registry import get_exercise
 from attention_course.grading.results import (
     QuestionResult,
+    builds_on_failed,
     evaluate,
     explain_error,
     result,
@@ -27,11 +28,13 @@ from attention_course.grading.spec import Case, Exercise, Question
 
 @dataclass(frozen=True)
 class Prepared:
-    """A question with its cases drawn once and the reference's answers to them."""
+    """A question with its cases drawn once, the reference's answers to them, and what
+    each known mistake answers."""
 
     question: Question
     cases: list[Case]
     expected: list[Any]
+    wrong: dict[str, list[Any]]
 
     def call_spec(self) -> dict[str, Any]:
         q = self.question
@@ -40,26 +43,35 @@ class Prepared:
             "symbol": q.symbol,
             "call": q.call,
             "method": q.method,
+            "grad": q.grad,
             "cases": [case.to_plain() for case in self.cases],
         }
 
 
 def _call(question: Question, target: Any, case: Case) -> Any:
-    return to_plain(call_case(target, question.call, question.method, case.to_plain()))
+    return to_plain(call_case(target, question.call, question.method, case.to_plain(),
+                              grad=question.grad))
+
+
+def _answers(question: Question, target: Any, cases: list[Case]) -> list[Any]:
+    """``target``'s outputs on every case, with torch's generator seeded the same way."""
+    import torch
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return [_call(question, target, c) for c in cases]
 
 
 @functools.cache
 def prepare(exercise_id: str) -> dict[str, Prepared]:
-    """Every question of the exercise, by id, with its cases and the reference's outputs."""
-    import torch
-
+    """Every question of the exercise, by id, with its cases, the reference's outputs and
+    the outputs of its known mistakes."""
     prepared = {}
     for question in get_exercise(exercise_id).questions:
         cases = list(question.cases())
-        with torch.random.fork_rng():
-            torch.manual_seed(0)
-            expected = [_call(question, question.reference, c) for c in cases]
-        prepared[question.id] = Prepared(question, cases, expected)
+        expected = _answers(question, question.reference, cases)
+        wrong = {m.name: _answers(question, m.wrong, cases) for m in question.mistakes}
+        prepared[question.id] = Prepared(question, cases, expected, wrong)
     return prepared
 
 
@@ -76,7 +88,7 @@ def run_question(prepared: Prepared, target: Any) -> QuestionResult:
         raise
     except BaseException as error:  # noqa: B036 - SystemExit from learner code is an answer too
         return explain_error(q, "error", describe_error(error))
-    return evaluate(q, prepared.cases, prepared.expected, outputs)
+    return evaluate(q, prepared.cases, prepared.expected, outputs, prepared.wrong)
 
 
 def _select(exercise: Exercise, targets: tuple[Any, ...], namespace: dict[str, Any]):
@@ -109,15 +121,26 @@ def run_checks(
         namespace = dict(caller.f_globals) if caller is not None else {}
     exercise = get_exercise(exercise_id)
     prepared = prepare(exercise_id)
-    results = []
-    for question, obj in _select(exercise, targets, namespace):
+    chosen = _select(exercise, targets, namespace)
+    wanted = {q.id for q, _ in chosen}
+    # the earlier questions a chosen one builds on are checked too, to say when they fail
+    objects = {q.id: namespace.get(q.symbol) for q in exercise.questions}
+    objects.update({q.id: obj for q, obj in chosen})
+    needed = wanted | {i for q, _ in chosen for i in q.builds_on}
+    by_id = {}
+    for question in exercise.questions:
+        if question.id not in needed:
+            continue
         try:
-            results.append(run_question(prepared[question.id], obj))
+            by_id[question.id] = run_question(prepared[question.id], objects[question.id])
         except KeyboardInterrupt:
             raise
         except BaseException as error:  # noqa: B036 - feedback must never crash the notebook
-            results.append(result(question, "error", f"checking failed: {describe_error(error)}"))
-    return results
+            by_id[question.id] = result(question, "error",
+                                        f"checking failed: {describe_error(error)}")
+    questions = [q for q in exercise.questions if q.id in by_id]
+    annotated = dict(zip(by_id, builds_on_failed(questions, list(by_id.values())), strict=True))
+    return [annotated[q.id] for q, _ in chosen]
 
 
 def check(exercise_id: str, *targets: Any) -> None:

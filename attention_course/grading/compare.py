@@ -83,6 +83,13 @@ def _compare_tensors(
         if sorted(got.shape) == sorted(expected.shape) and got.dim() > 1:
             message += " (the same sizes in another order: are two axes swapped?)"
         return message
+    if expected.dtype == torch.bool and got.dtype != torch.bool:
+        return (f"{path}: expected a boolean tensor (True or False in each entry), got dtype "
+                f"{got.dtype}")
+    integer = not (expected.is_floating_point() or expected.is_complex() or
+                   expected.dtype == torch.bool)
+    if integer and (got.is_floating_point() or got.is_complex() or got.dtype == torch.bool):
+        return f"{path}: expected an integer tensor, got dtype {got.dtype}"
     if expected.is_floating_point() and not (got.is_floating_point() or got.dtype == torch.bool):
         if got.is_complex() or not torch.equal(got.double(), expected.double()):
             return f"{path}: expected a floating-point tensor, got dtype {got.dtype}"

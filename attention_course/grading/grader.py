@@ -20,6 +20,7 @@ from attention_course.grading.registry import all_exercises, get_exercise
 from attention_course.grading.results import (
     QuestionResult,
     SubmissionResult,
+    builds_on_failed,
     evaluate,
     explain_error,
     result,
@@ -125,7 +126,7 @@ def _reason_in_cells(attempt: Attempt, limits: Limits) -> tuple[str, str]:
 def _judge(prepared: Prepared, answer: tuple) -> QuestionResult:
     q = prepared.question
     if answer[0] == "result":
-        return evaluate(q, prepared.cases, prepared.expected, answer[1])
+        return evaluate(q, prepared.cases, prepared.expected, answer[1], prepared.wrong)
     if answer[0] == "error":
         return explain_error(q, answer[1], answer[2])
     return result(q, answer[1], answer[2])
@@ -223,7 +224,8 @@ def grade_notebook(
         answers.setdefault(
             qid, ("fail", "timeout", "not graded: the submission's time budget was used up")
         )
-    questions = [_judge(prepared[q.id], answers[q.id]) for q in ex.questions]
+    questions = builds_on_failed(ex.questions,
+                                 [_judge(prepared[q.id], answers[q.id]) for q in ex.questions])
     return SubmissionResult(
         student=student,
         submission=submission_name(student, ex.id, path),

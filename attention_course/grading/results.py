@@ -7,7 +7,8 @@ they come from ``check(...)`` in the learner's kernel or from the grader's child
 from __future__ import annotations
 
 import textwrap
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from attention_course.grading.compare import NotPlainData, compare, validate_plain
@@ -61,8 +62,10 @@ class QuestionResult:
     def line(self, show_hint: bool = True) -> str:
         """A short first line (mark, id, symbol, points), then the message and the hint
         wrapped onto indented lines of at most ``WIDTH`` characters."""
-        mark = "PASS" if self.passed else "FAIL" if self.status == "failed" else "----"
-        lines = [f"[{mark}] {self.id} `{self.symbol}`: {self.points}/{self.max_points} points"]
+        mark = ("PASS" if self.passed else "PART" if self.points else
+                "FAIL" if self.status == "failed" else "----")
+        lines = [f"[{mark}] {self.id} ({self.kind}) `{self.symbol}`: "
+                 f"{self.points}/{self.max_points} points"]
         if not self.passed:
             lines += wrap_indented(self.message)
             if show_hint and self.hint and self.status in ("failed", "error"):
@@ -106,8 +109,11 @@ class SubmissionResult:
         }
 
 
-def result(question: Question, status: str, message: str) -> QuestionResult:
-    points = question.points if status == "passed" else 0
+def result(question: Question, status: str, message: str,
+           points: int | None = None) -> QuestionResult:
+    """A question's outcome; full points when passed unless ``points`` says otherwise."""
+    if points is None:
+        points = question.points if status == "passed" else 0
     return QuestionResult(
         id=question.id,
         symbol=question.symbol,
@@ -116,7 +122,8 @@ def result(question: Question, status: str, message: str) -> QuestionResult:
         max_points=question.points,
         status=status,
         message=message,
-        hint=question.hint,
+        hint=question.hint + (f" (Reread the chapter's section \"{question.section}\".)"
+                              if question.section else ""),
         kind=question.kind,
     )
 
@@ -133,21 +140,88 @@ def explain_error(question: Question, status: str, message: str) -> QuestionResu
     return result(question, "error", f"`{name}` raised {message}")
 
 
+def _where(case: Case, number: int) -> str:
+    if case.hidden:
+        return f"held-back case {number} (the check does not show its inputs)"
+    return f"case {number}" + (f" ({case.label})" if case.label else "")
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    return []
+
+
+def _problem(question: Question, want: Any, got: Any, tolerance: tuple[float, float],
+             path: str = "output") -> str | None:
+    """What is wrong with ``got`` (``None`` when it matches), choices and gradients included."""
+    if question.choices:
+        stray = [s for s in _strings(got) if s not in question.choices]
+        if stray:
+            return (f"{stray[0]!r} is not one of the choices: "
+                    + ", ".join(repr(c) for c in question.choices))
+    if question.grad and type(want) is dict and type(got) is dict and set(got) == set(want):
+        problem = compare(want["output"], got["output"], *tolerance, path)
+        if problem is not None:
+            return problem
+        for i, (w, g) in enumerate(zip(want["gradients"], got["gradients"], strict=True)):
+            problem = compare(w, g, *tolerance, f"gradient of input {i + 1}")
+            if problem is not None:
+                return f"the output is right, but not its gradient: {problem}"
+        return None
+    return compare(want, got, *tolerance, path)
+
+
+def _recognised(question: Question, wrong: Mapping[str, list[Any]] | None, index: int,
+                got: Any, tolerance: tuple[float, float], key: str | None = None) -> str | None:
+    """The message of the first known mistake whose output ``got`` matches."""
+    for mistake in question.mistakes:
+        outputs = (wrong or {}).get(mistake.name)
+        if outputs is None:
+            continue
+        theirs = outputs[index]
+        if key is not None:
+            if type(theirs) is not dict or key not in theirs:
+                continue
+            theirs = theirs[key]
+        if _problem(question, theirs, got, tolerance) is None:
+            return mistake.message
+    return None
+
+
 def evaluate(
-    question: Question, cases: list[Case], expected: list[Any], outputs: Any
+    question: Question,
+    cases: list[Case],
+    expected: list[Any],
+    outputs: Any,
+    wrong: Mapping[str, list[Any]] | None = None,
 ) -> QuestionResult:
-    """Compare the learner's outputs (one per case) with the reference's."""
+    """Compare the learner's outputs (one per case) with the reference's.
+
+    ``wrong`` holds, per known mistake, what it outputs on each case: a failing output that
+    matches one is explained by that mistake's message.
+    """
     try:
         outputs = validate_plain(outputs)
     except NotPlainData as error:
         return result(question, "error", f"`{question.symbol}` returned {error}")
     if type(outputs) not in (list, tuple) or len(outputs) != len(expected):
         return result(question, "error", "the grader received a malformed answer")
-    for number, (case, want, got) in enumerate(zip(cases, expected, outputs, strict=True), start=1):
-        problem = compare(want, got, question.rtol, question.atol)
+    if question.parts is not None:
+        return _evaluate_parts(question, cases, expected, outputs, wrong)
+    tolerance = (question.rtol, question.atol)
+    for index, (case, want, got) in enumerate(zip(cases, expected, outputs, strict=True)):
+        problem = _problem(question, want, got, tolerance)
         if problem is None:
             continue
-        where = f"case {number}" + (f" ({case.label})" if case.label else "")
+        where = _where(case, index + 1)
+        known = _recognised(question, wrong, index, got, tolerance)
+        if known:
+            return result(question, "failed", f"{where}: {known}")
         if question.diagnose is not None and "shape" not in problem:
             try:
                 teaching = question.diagnose(case, want, got)
@@ -157,3 +231,48 @@ def evaluate(
                 problem = f"{teaching}; {problem}"
         return result(question, "failed", f"{where}: {problem}")
     return result(question, "passed", f"all {len(expected)} cases match")
+
+
+def _evaluate_parts(question: Question, cases: list[Case], expected: list[Any],
+                    outputs: list[Any], wrong: Mapping[str, list[Any]] | None) -> QuestionResult:
+    """Partial credit: each key of the returned dict earns its points on its own."""
+    parts = dict(question.parts or {})
+    for got in outputs:
+        if type(got) is not dict or set(got) != set(parts):
+            keys = ", ".join(repr(k) for k in parts)
+            found = sorted(got) if type(got) is dict else type(got).__name__
+            return result(question, "failed", f"return a dict with the keys {keys} (got "
+                          f"{found})", points=0)
+    problems, points = [], 0
+    for key, worth in parts.items():
+        tolerance = question.part_tolerance.get(key, (question.rtol, question.atol))
+        for index, (case, want, got) in enumerate(zip(cases, expected, outputs, strict=True)):
+            problem = _problem(question, want[key], got[key], tolerance, path=repr(key))
+            if problem is not None:
+                known = _recognised(question, wrong, index, got[key], tolerance, key)
+                problems.append(f"{repr(key)} in {_where(case, index + 1)}: {known or problem}")
+                break
+        else:
+            points += worth
+    if not problems:
+        return result(question, "passed", f"every part matches on all {len(expected)} cases")
+    return result(question, "failed", "; ".join(problems), points=points)
+
+
+def builds_on_failed(questions: Sequence[Question],
+                     results: Sequence[QuestionResult]) -> list[QuestionResult]:
+    """Each failed result whose question builds on an earlier one that also failed gets a
+    message that says so first: fixing the earlier answer may fix this one too."""
+    by_id = {r.id: r for r in results}
+    symbols = {q.id: q.symbol for q in questions}
+    out = []
+    for question, res in zip(questions, results, strict=True):
+        broken = [i for i in question.builds_on if i in by_id and not by_id[i].passed]
+        if res.passed or not broken:
+            out.append(res)
+            continue
+        names = ", ".join(f"{i} (`{symbols[i]}`)" for i in broken)
+        note = (f"this question calls your answer to {names}, which did not pass: fix that "
+                f"first, it may be what fails here. ")
+        out.append(replace(res, message=note + res.message))
+    return out

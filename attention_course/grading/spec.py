@@ -34,6 +34,9 @@ class Case:
     (``obj.get_parameter(name)``); then ``obj(*args, **kwargs)`` (or
     ``getattr(obj, method)(...)`` when the question names another method).
     ``label`` says in feedback which case failed ("3 queries, 5 keys, h = 0.5").
+    A ``hidden`` case is held back: the learner's ``check`` runs it too (so its points
+    are the grader's) but never shows its inputs; an answer fitted to the cases the
+    learner can see fails it.
     """
 
     args: tuple = ()
@@ -42,6 +45,7 @@ class Case:
     init_kwargs: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
     label: str = ""
+    hidden: bool = False
 
     def to_plain(self) -> dict[str, Any]:
         """The case as the dict sent to the child process."""
@@ -55,12 +59,27 @@ class Case:
 
 
 @dataclass(frozen=True)
+class Mistake:
+    """A wrong answer learners actually give, and what to tell them when they give it.
+
+    ``wrong`` is called exactly like the question's reference (same ``call``, ``method``
+    and cases) and returns what that mistake produces; when the learner's output matches
+    it on a failing case, ``message`` is the feedback: words a learner can act on, never
+    code ("your scores are sqrt(d) times too large: did you forget to divide by sqrt(d)?").
+    """
+
+    name: str
+    wrong: Callable[..., Any]
+    message: str
+
+
+@dataclass(frozen=True)
 class Question:
     """One graded question: the learner defines ``symbol``; the grader calls it.
 
     - ``id``: short and unique within the exercise, e.g. ``"q1_weights"`` (a gradebook column).
     - ``symbol``: the name the learner's notebook must define (a function or a class).
-    - ``points``: awarded when every case matches the reference, else 0.
+    - ``points``: awarded when every case matches the reference, else 0 (see ``parts``).
     - ``reference``: the trusted implementation, called exactly like the learner's code
       (the same ``call``, ``method`` and cases); usually a function or class of the package.
     - ``cases``: a zero-argument function returning the list of :class:`Case`; make it
@@ -71,10 +90,23 @@ class Question:
       function) or ``"experiment"`` (run, measure, answer from the measurement).
     - ``call``: ``"function"`` or ``"module"`` (a class to instantiate, see :class:`Case`).
     - ``rtol``/``atol``: tolerance of the comparison (in float64) with the reference.
-    - ``hint``: one or two sentences shown when the answer is wrong.
+    - ``hint``: one or two sentences shown when the answer is wrong: the idea, never code.
+    - ``section``: the heading of the chapter's section to reread (shown with the hint;
+      a test checks that the chapter has it).
+    - ``mistakes``: the typical wrong answers, recognised by their outputs (:class:`Mistake`).
     - ``diagnose``: optional teaching checks ``diagnose(case, expected, got) -> str | None``
-      run when an output has the right shape but wrong values (see
-      :func:`attention_course.grading.compare.rows_sum_to_one`).
+      run when an output has the right shape but wrong values and no known mistake
+      matches (see :func:`attention_course.grading.compare.rows_sum_to_one`).
+    - ``parts``: for an answer with independent parts, a dict returned by the learner's
+      code: each key earns its points when it matches on every case (partial credit);
+      then ``points`` is their sum. ``part_tolerance`` overrides ``(rtol, atol)`` per key.
+    - ``choices``: the allowed answers of a multiple-choice question (strings); any other
+      string is refused with the list of choices.
+    - ``grad``: the output must carry gradients back to the floating-point inputs; the
+      grader compares those gradients too (an ``.item()``, ``.detach()`` or a tensor
+      rebuilt from Python numbers breaks them).
+    - ``builds_on``: ids of earlier questions whose code this one calls; when one of them
+      failed, the feedback says that this is what to fix first.
     - ``time_limit``: seconds the grader allows for all cases of this question.
     """
 
@@ -90,7 +122,14 @@ class Question:
     rtol: float = 1e-4
     atol: float = 1e-6
     hint: str = ""
+    section: str = ""
+    mistakes: tuple[Mistake, ...] = ()
     diagnose: Diagnose | None = None
+    parts: Mapping[str, int] | None = None
+    part_tolerance: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    choices: tuple[str, ...] = ()
+    grad: bool = False
+    builds_on: tuple[str, ...] = ()
     time_limit: float = 10.0
 
     def __post_init__(self) -> None:
@@ -104,6 +143,18 @@ class Question:
             raise ValueError(f"call must be 'function' or 'module', got {self.call!r}")
         if self.points <= 0:
             raise ValueError(f"points must be positive, got {self.points}")
+        if self.parts is not None:
+            if not self.parts or any(p <= 0 for p in self.parts.values()):
+                raise ValueError(f"{self.id}: parts must map keys to positive points")
+            if sum(self.parts.values()) != self.points:
+                raise ValueError(f"{self.id}: points={self.points} must be the sum of the "
+                                 f"parts' points {dict(self.parts)}")
+        unknown = set(self.part_tolerance) - set(self.parts or ())
+        if unknown:
+            raise ValueError(f"{self.id}: part_tolerance names no part: {sorted(unknown)}")
+        names = [m.name for m in self.mistakes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.id}: mistake names must be unique, got {names}")
 
 
 @dataclass(frozen=True)
@@ -128,6 +179,11 @@ class Exercise:
             raise ValueError(f"question ids must be unique in {self.id}, got {ids}")
         if not self.questions:
             raise ValueError(f"exercise {self.id} has no questions")
+        for position, q in enumerate(self.questions):
+            later = set(q.builds_on) - set(ids[:position])
+            if later:
+                raise ValueError(f"{q.id} builds on {sorted(later)}, which are not earlier "
+                                 f"questions of {self.id}")
 
     @property
     def max_score(self) -> int:
@@ -140,3 +196,7 @@ class Exercise:
                 return q
         known = ", ".join(f"{q.id} ({q.symbol})" for q in self.questions)
         raise KeyError(f"{self.id} has no question {key!r}; its questions are {known}")
+
+    def share_beyond(self, kind: str = "implement") -> float:
+        """The share of the points that asks for more than ``kind`` (0..1)."""
+        return sum(q.points for q in self.questions if q.kind != kind) / self.max_score
