@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import html
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,9 +52,67 @@ def test_offline_assets_are_used(built_book: Path) -> None:
         pytest.skip("offline web assets were not fetched (no npm); the book uses the CDN")
     assert (built_book / "_static" / "mathjax" / "tex-chtml.js").is_file()
     pages_with_maths = 0
-    for html in built_book.rglob("*.html"):
-        page = html.read_text(encoding="utf-8")
+    for page_path in built_book.rglob("*.html"):
+        page = page_path.read_text(encoding="utf-8")
         remote = re.findall(r"<script[^>]+src=\"(https?://[^\"]+)", page)
-        assert not remote, f"{html.relative_to(built_book)} loads scripts off-site: {remote}"
+        assert not remote, f"{page_path.relative_to(built_book)} loads scripts off-site: {remote}"
         pages_with_maths += "_static/mathjax/tex-chtml.js" in page
     assert pages_with_maths > 0, "no page loads the local MathJax"
+
+
+def _solution_lines() -> dict[str, set[str]]:
+    """Per exercise, the distinctive lines of its reference solution's answers (from the
+    regions between the solution markers) that the package's own code does not contain."""
+    package = "\n".join(p.read_text(encoding="utf-8")
+                        for p in (ROOT / "attention_course").rglob("*.py")
+                        if "grading" not in p.parts)
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "exercises" / "solutions").glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        lines: set[str] = set()
+        for cell in nb["cells"]:
+            inside = False
+            for line in "".join(cell["source"]).splitlines():
+                if "# BEGIN SOLUTION" in line or "# END SOLUTION" in line:
+                    inside = "BEGIN" in line
+                    continue
+                text = line.strip()
+                if inside and len(text) >= 20 and not text.startswith("#") and (
+                        text not in package):
+                    lines.add(text)
+        found[path.stem] = lines
+    return found
+
+
+def _page_text(path: Path) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", path.read_text(encoding="utf-8")))
+
+
+def test_the_learners_book_holds_no_solution(built_book: Path) -> None:
+    solutions = _solution_lines()
+    assert sum(map(len, solutions.values())) > 20, "found too few solution lines to check"
+    pages = [p for p in built_book.rglob("*.html") if "_static" not in p.parts]
+    assert not (built_book / "exercises" / "solutions").exists()
+    for page in pages:
+        text = _page_text(page)
+        for exercise, lines in solutions.items():
+            leaked = [line for line in lines if line in text]
+            assert not leaked, f"{page.relative_to(built_book)} shows the solution of " \
+                               f"{exercise}: {leaked[:3]}"
+
+
+def test_the_instructors_edition_shows_solutions_and_explanations(built_book: Path) -> None:
+    """``make instructor-book`` builds (after the learner's book, sharing its cache) a book
+    whose exercise pages fold each answer away and explain each question in a dropdown."""
+    status = subprocess.run([sys.executable, str(ROOT / "scripts" / "instructor_book.py")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    assert status.returncode == 0, (status.stdout + status.stderr)[-4000:]
+    html_dir = ROOT / "_build" / "instructor" / "_build" / "html"
+    assert (html_dir / "book" / "instructor.html").is_file()
+    for exercise, lines in _solution_lines().items():
+        page = html_dir / "exercises" / "solutions" / f"{exercise}.html"
+        source = page.read_text(encoding="utf-8")
+        text = _page_text(page)
+        assert "tag_hide-input" in source, f"{exercise}: answers are not folded away"
+        assert source.count("<details") >= 1 and "Explanation" in text, exercise
+        assert any(line in text for line in lines), f"{exercise}: no solution code shown"

@@ -27,7 +27,7 @@ def _use_local_assets(app: Sphinx, config: Config) -> None:
             VENDOR,
         )
         return
-    config.html_static_path = [*config.html_static_path, str(VENDOR), str(HERE / "static")]
+    config.html_static_path = [*config.html_static_path, str(VENDOR)]
     config.mathjax_path = "mathjax/tex-chtml.js"
     config.nb_ipywidgets_js = {
         "require.js": {},

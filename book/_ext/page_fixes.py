@@ -1,0 +1,50 @@
+"""Fixes to the rendered pages that the theme's own options do not reach.
+
+- thebe is off (``launch_buttons.thebe: false``), yet sphinx-thebe, which Jupyter Book
+  always loads, adds its configuration script twice to every page: a page error
+  ("Identifier 'THEBE_JS_URL' has already been declared"). Its scripts are dropped.
+- pydata-sphinx-theme reads ``html_context["default_mode"]``; left empty, every page logs
+  "Got invalid theme mode". It is set to ``auto`` (follow the reader's system).
+- sphinxcontrib-bibtex's citations carry the deprecated ARIA role ``doc-biblioentry``
+  inside a ``role="list"``, which screen readers cannot read as a list: they become
+  list items.
+- ``a11y.js`` names what the theme and the widget manager leave nameless (the search
+  button, the sidebar's expand toggles, slider handles, live widget figures);
+  ``layout.css`` keeps printed output and inline code inside the page on any screen and
+  makes figures readable in the dark theme.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sphinx.application import Sphinx
+from sphinx.config import Config
+
+HERE = Path(__file__).resolve().parent
+
+
+def _config(app: Sphinx, config: Config) -> None:
+    config.html_context = {**config.html_context, "default_mode": "auto"}
+    config.html_static_path = [*config.html_static_path, str(HERE / "static")]
+
+
+def _page(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any],
+          doctree: Any) -> None:
+    scripts = context.get("script_files", [])
+    context["script_files"] = [
+        s for s in scripts
+        if "sphinx-thebe" not in str(getattr(s, "filename", s) or "")
+        and "THEBE_JS_URL" not in str(getattr(s, "attributes", {}).get("body", ""))
+    ]
+    if "body" in context:
+        context["body"] = context["body"].replace('role="doc-biblioentry"', 'role="listitem"')
+
+
+def setup(app: Sphinx) -> dict:
+    app.connect("config-inited", _config)
+    app.connect("html-page-context", _page)
+    app.add_js_file("a11y.js", defer="defer")
+    app.add_css_file("layout.css")
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
