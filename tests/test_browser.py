@@ -1,8 +1,11 @@
 """Open the built book in headless Chromium with every off-machine request blocked.
 
 Checks, on every page: typeset maths (MathJax output present, no raw TeX delimiters left
-in the text), every image loaded, saved widgets rendered, no failed local request, and no
-console error beyond the two that sphinx-book-theme 1.3 itself logs.
+in the text), every image loaded and described (alt text that is neither empty nor a
+file name), saved widgets rendered, no failed local request, no page error and no
+console error at all, no critical or serious accessibility violation found by axe-core
+(from npm at set-up, run offline), no code block or output that scrolls sideways at
+1280 px, and no page wider than a 390 px phone screen.
 """
 
 from __future__ import annotations
@@ -21,12 +24,10 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
+ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-# sphinx-book-theme 1.3 logs these two itself (RECIPES.md); anything else is a failure.
-KNOWN_THEME_ERRORS = (
-    re.compile(r"THEBE_JS_URL'? has already been declared"),
-    re.compile(r"Got invalid theme mode"),
-)
+AXE = ROOT / ".web" / "node_modules" / "axe-core" / "axe.min.js"
+SERIOUS = ("critical", "serious")
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -98,32 +99,34 @@ def browser(site: str):
             browser.close()
 
 
-def visit(browser, url: str) -> dict:
-    """Load ``url`` with off-machine requests blocked; return what the page showed."""
-    context = browser.new_context()
+def _open(browser, url: str, width: int):
+    """A page at ``url`` in a window ``width`` px wide, off-machine requests blocked."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
     page = context.new_page()
-    blocked: list[str] = []
-    failed: list[str] = []
-    errors: list[str] = []
+    seen = {"blocked": [], "failed": [], "errors": []}
 
     def route(route) -> None:
         host = urlparse(route.request.url).hostname
         if route.request.url.startswith(("data:", "blob:")) or host in LOCAL_HOSTS:
             route.continue_()
         else:
-            blocked.append(route.request.url)
+            seen["blocked"].append(route.request.url)
             route.abort()
 
     page.route("**/*", route)
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
-    page.on(
-        "response",
-        lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None,
-    )
-    page.on("requestfailed", lambda r: failed.append(f"failed {r.url}"))
+    page.on("console", lambda m: seen["errors"].append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: seen["errors"].append(f"uncaught: {e}"))
+    page.on("response", lambda r: seen["failed"].append(f"{r.status} {r.url}")
+            if r.status >= 400 else None)
+    page.on("requestfailed", lambda r: seen["failed"].append(f"failed {r.url}"))
     page.goto(url, wait_until="load")
     page.wait_for_load_state("networkidle")
+    return context, page, seen
+
+
+def visit(browser, url: str, axe: str | None) -> dict:
+    """Load ``url``; return what the page showed at 1280 px and how wide it is at 390 px."""
+    context, page, seen = _open(browser, url, 1280)
     has_math = page.locator(".math").count() > 0
     if has_math:
         page.wait_for_function(
@@ -132,32 +135,49 @@ def visit(browser, url: str) -> dict:
     has_widgets = page.locator('script[type="application/vnd.jupyter.widget-state+json"]').count()
     if has_widgets:
         page.wait_for_selector(".jupyter-widgets", timeout=20_000)
-    page.wait_for_timeout(300)
+    page.wait_for_timeout(500)
     result = page.evaluate(
         """() => {
             const main = document.querySelector('main') || document.body;
             const images = Array.from(document.images).map(img => ({
-                src: img.currentSrc || img.src, ok: img.complete && img.naturalWidth > 0}));
+                src: img.currentSrc || img.src, ok: img.complete && img.naturalWidth > 0,
+                alt: img.getAttribute('alt')}));
+            const wide = Array.from(document.querySelectorAll('main pre'))
+                .filter(p => p.offsetParent !== null && p.scrollWidth > p.clientWidth + 1)
+                .map(p => p.textContent.split('\\n').reduce(
+                    (a, l) => l.length > a.length ? l : a, '').trim().slice(0, 90));
             return {
                 text: main.innerText,
                 mathjax: document.querySelectorAll('mjx-container').length,
-                images,
+                images, wide,
                 widgets: document.querySelectorAll('.jupyter-widgets').length,
                 sliders: document.querySelectorAll('.widget-slider').length,
             };
         }"""
     )
+    violations = []
+    if axe is not None:
+        page.add_script_tag(content=axe)
+        violations = page.evaluate(
+            """async () => {
+                const r = await axe.run(document, {preload: false, resultTypes: ['violations']});
+                return r.violations.map(v => ({id: v.id, impact: v.impact,
+                    nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))}));
+            }"""
+        )
     context.close()
-    real_errors = [e for e in errors if not any(k.search(e) for k in KNOWN_THEME_ERRORS)]
-    failed = [f for f in failed if not any(b in f for b in blocked)]
-    return {
-        **result,
-        "blocked": blocked,
-        "failed": failed,
-        "errors": real_errors,
-        "has_math": has_math,
-        "has_widgets": bool(has_widgets),
-    }
+    context, page, _ = _open(browser, url, 390)
+    page.wait_for_timeout(300)
+    phone = page.evaluate("() => document.documentElement.scrollWidth")
+    context.close()
+    failed = [f for f in seen["failed"] if not any(b in f for b in seen["blocked"])]
+    return {**result, **seen, "failed": failed, "has_math": has_math,
+            "has_widgets": bool(has_widgets), "violations": violations, "phone_width": phone}
+
+
+def _described(alt: str | None) -> bool:
+    """Alt text that says something: not missing, not empty, not a file name."""
+    return bool(alt and alt.strip()) and not re.search(r"\.(png|jpe?g|svg|gif)$|_images/", alt)
 
 
 def page_problems(rel: str, seen: dict) -> list[str]:
@@ -167,10 +187,14 @@ def page_problems(rel: str, seen: dict) -> list[str]:
     if seen["failed"]:
         problems.append(f"{rel}: failed requests: {seen['failed'][:3]}")
     if seen["errors"]:
-        problems.append(f"{rel}: console errors: {seen['errors'][:3]}")
-    broken = [img["src"] for img in seen["images"] if not img["ok"]]
+        problems.append(f"{rel}: page or console errors: {seen['errors'][:3]}")
+    broken = [img["src"][:80] for img in seen["images"] if not img["ok"]]
     if broken:
         problems.append(f"{rel}: images not loaded: {broken[:3]}")
+    mute = [img["src"][-60:] + f" (alt {img['alt']!r})" for img in seen["images"]
+            if not _described(img["alt"])]
+    if mute:
+        problems.append(f"{rel}: {len(mute)} images without a description: {mute[:2]}")
     if seen["has_math"] and seen["mathjax"] == 0:
         problems.append(f"{rel}: maths present but not typeset by MathJax")
     raw = re.findall(r"\\\(|\\\[|\$\$", seen["text"])
@@ -178,20 +202,58 @@ def page_problems(rel: str, seen: dict) -> list[str]:
         problems.append(f"{rel}: raw TeX delimiters left in the text: {raw[:3]}")
     if seen["has_widgets"] and seen["widgets"] == 0:
         problems.append(f"{rel}: saved widgets were not rendered")
+    serious = [v for v in seen["violations"] if v["impact"] in SERIOUS]
+    for v in serious:
+        problems.append(f"{rel}: accessibility ({v['impact']}) {v['id']} at {v['nodes']}")
+    if seen["wide"]:
+        problems.append(f"{rel}: {len(seen['wide'])} code blocks scroll sideways at 1280 px, "
+                        f"e.g. {seen['wide'][:2]}")
+    if seen["phone_width"] > 390:
+        problems.append(f"{rel}: the page is {seen['phone_width']} px wide on a 390 px phone")
     return problems
 
 
-def test_every_page_renders_offline(built_book: Path, site: str, browser) -> None:
+@pytest.fixture(scope="module")
+def axe() -> str | None:
+    if not AXE.is_file():
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"axe-core is missing ({AXE}): make setup fetches it with npm")
+        return None
+    return AXE.read_text(encoding="utf-8")
+
+
+def test_every_page_renders_offline_and_accessibly(built_book: Path, site: str, browser,
+                                                   axe) -> None:
     pages = book_pages(built_book)
     assert "book/intro.html" in pages and "book/01_attention_pooling.html" in pages
     problems: list[str] = []
     for rel in pages:
-        problems += page_problems(rel, visit(browser, f"{site}/{rel}"))
+        problems += page_problems(rel, visit(browser, f"{site}/{rel}", axe))
     assert not problems, "\n".join(problems)
 
 
 def test_chapter_one_shows_maths_figures_and_a_widget(built_book: Path, site: str, browser) -> None:
-    seen = visit(browser, f"{site}/book/01_attention_pooling.html")
+    seen = visit(browser, f"{site}/book/01_attention_pooling.html", None)
     assert seen["mathjax"] >= 5, f"expected typeset maths, found {seen['mathjax']} MathJax nodes"
     assert len(seen["images"]) >= 3, "chapter 1 should show its figures"
     assert seen["sliders"] >= 1, "chapter 1's bandwidth slider should render"
+
+
+def test_checks_catch_what_they_look_for() -> None:
+    """The page checks report each kind of problem (a check that never fires is useless)."""
+    clean = {"blocked": [], "failed": [], "errors": [], "images": [], "text": "",
+             "has_math": False, "mathjax": 0, "has_widgets": False, "widgets": 0,
+             "violations": [], "wide": [], "phone_width": 390}
+    assert page_problems("p", clean) == []
+    for change, words in [
+        ({"errors": ["uncaught: boom"]}, "page or console errors"),
+        ({"images": [{"src": "a.png", "ok": True, "alt": "../_images/abc.png"}]}, "without a"),
+        ({"violations": [{"impact": "serious", "id": "image-alt", "nodes": ["img"]}]},
+         "accessibility (serious) image-alt"),
+        ({"wide": ["x" * 90]}, "scroll sideways"),
+        ({"phone_width": 600}, "600 px wide"),
+        ({"text": "raw $$x$$"}, "raw TeX"),
+    ]:
+        assert any(words in p for p in page_problems("p", {**clean, **change})), words
+    moderate = {"violations": [{"impact": "moderate", "id": "region", "nodes": ["div"]}]}
+    assert page_problems("p", {**clean, **moderate}) == []
