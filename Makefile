@@ -44,8 +44,10 @@ book: setup
 instructor-book: setup
 	$(BIN)/python scripts/instructor_book.py
 
+# The chapters run once, in the -W book build (tests/test_book_build.py); nbval runs the
+# exercise notebooks, learner and solution versions.
 test: setup
-	$(BIN)/python -m pytest tests book --nbval-lax --nbval-current-env \
+	$(BIN)/python -m pytest tests exercises --nbval-lax --nbval-current-env \
 		--nbval-cell-timeout=900 $(PYTEST_ARGS)
 
 lint: $(STAMP)

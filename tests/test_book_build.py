@@ -116,3 +116,28 @@ def test_the_instructors_edition_shows_solutions_and_explanations(built_book: Pa
         assert "tag_hide-input" in source, f"{exercise}: answers are not folded away"
         assert source.count("<details") >= 1 and "Explanation" in text, exercise
         assert any(line in text for line in lines), f"{exercise}: no solution code shown"
+
+
+def test_every_notebook_ran_once_in_the_build(built_book: Path, capsys) -> None:
+    """The -W build is the notebooks' run: each one in the table of contents has a
+    successful execution of its current content in the cache (a failing cell would have
+    failed the build with its traceback). Their times are printed for the budget."""
+    from jupyter_cache import get_cache
+
+    cache = get_cache(str(ROOT / "_build" / ".jupyter_cache"))
+    notebooks = [ROOT / f"{name}.ipynb" for name in _toc_files()
+                 if (ROOT / f"{name}.ipynb").exists()]
+    assert len(notebooks) >= 14
+    rows = []
+    for path in notebooks:
+        try:
+            record = cache.match_cache_file(str(path))
+        except KeyError:
+            pytest.fail(f"{path.relative_to(ROOT)} has no successful execution in the cache")
+        rows.append((path.relative_to(ROOT).as_posix(), record.data["execution_seconds"]))
+    with capsys.disabled():
+        print("\nnotebook execution times (s):")
+        for name, seconds in rows:
+            print(f"  {name:<48} {seconds:7.1f}")
+        chapters = sum(s for n, s in rows if n.startswith("book/"))
+        print(f"  {'chapters together':<48} {chapters:7.1f}")
