@@ -334,3 +334,27 @@ def test_the_learner_cell_is_not_folded():
          "execution_count": None, "source": "import matplotlib"}]}
     cells = learner_notebook(nb)["cells"]
     assert "tags" not in cells[0]["metadata"] and cells[1]["metadata"]["tags"] == ["hide-input"]
+
+
+def test_a_derived_number_or_a_prediction_is_never_given_away():
+    derive = Question(id="q4", symbol="variance", points=1, kind="derive",
+                      reference=lambda d: d * 0.3, cases=lambda: [Case(args=(4,))])
+    r = _judge(derive, lambda d: d * 0.6)
+    assert "got 2.4, which is 2 times too large" in r.message
+    assert "1.2" not in r.message and "expected" not in r.message
+    predict = Question(id="q5", symbol="guess", points=1, kind="predict", reference=lambda: "dot",
+                       cases=lambda: [Case()], choices=("dot", "cosine"))
+    r = _judge(predict, lambda: "cosine")
+    assert "'cosine' is not the right answer" in r.message and "dot" not in r.message
+    r = _judge(SCALED, lambda q, k: _scaled(q, k) * 3)  # implement: an entry may be shown
+    assert "expected" in r.message
+
+
+def test_a_mistake_that_changes_nothing_on_a_case_is_not_named_there():
+    question = Question(
+        id="q6", symbol="f", points=1, reference=lambda x: x.abs(), cases=lambda: [
+            Case(args=(torch.tensor([1.0, 2.0]),)), Case(args=(torch.tensor([-1.0]),))],
+        mistakes=(Mistake("identity", lambda x: x, "negative inputs must turn positive"),))
+    r = _judge(question, lambda x: x.abs() * (x > 1.5))  # wrong on case 1, where x > 0
+    assert "negative inputs" not in r.message
+    assert "negative inputs" in _judge(question, lambda x: x).message

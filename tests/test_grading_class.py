@@ -16,11 +16,14 @@ from pathlib import Path
 import pytest
 
 from attention_course.cli import main
+from attention_course.grading import get_exercise
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "exercises" / "solutions"
 LEARNER = ROOT / "exercises"
 POOLING, MASKS = "01_attention_pooling", "03_masks"
+P, M = (str(get_exercise(e).max_score) for e in (POOLING, MASKS))
+BOTH = str(int(P) + int(M))
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -70,11 +73,13 @@ def _snapshot(folder: Path) -> dict[str, str]:
 def test_one_row_per_student_and_exercise(graded):
     rows = _rows(graded / "gradebook.csv")
     assert [(r["student"], r["exercise"], r["score"], r["max_score"]) for r in rows] == [
-        ("alice", POOLING, "10", "10"), ("alice", MASKS, "9", "9"),
-        ("bob", POOLING, "0", "10"), ("carol", MASKS, "9", "9"), ("dave", "", "0", "0"),
+        ("alice", POOLING, P, P), ("alice", MASKS, M, M),
+        ("bob", POOLING, "0", P), ("carol", MASKS, M, M), ("dave", "", "0", "0"),
     ]
     assert list(rows[0])[:4] == ["student", "exercise", "score", "max_score"]
-    assert rows[0][f"{POOLING}/q1_weights"] == "2" and rows[0][f"{MASKS}/q1_masked_softmax"] == ""
+    first = get_exercise(POOLING).questions[0]
+    assert rows[0][f"{POOLING}/{first.id}"] == str(first.points)
+    assert rows[0][f"{MASKS}/{get_exercise(MASKS).questions[0].id}"] == ""
     assert "cannot tell which exercise" in rows[-1]["error"]
     assert rows[3]["file"].endswith("carol/my masks.ipynb")
 
@@ -82,19 +87,19 @@ def test_one_row_per_student_and_exercise(graded):
 def test_totals_one_row_per_student(graded):
     rows = _rows(graded / "totals.csv")
     assert [(r["student"], r[POOLING], r[MASKS], r["total"], r["max_total"]) for r in rows] == [
-        ("alice", "10", "9", "19", "19"), ("bob", "0", "", "0", "19"),
-        ("carol", "", "9", "9", "19"), ("dave", "", "", "0", "19"),
+        ("alice", P, M, BOTH, BOTH), ("bob", "0", "", "0", BOTH),
+        ("carol", "", M, M, BOTH), ("dave", "", "", "0", BOTH),
     ]
 
 
 def test_feedback_per_student(graded):
     record = json.loads((graded / "alice" / f"{MASKS}.json").read_text())
     assert record["student"] == "alice" and record["submission"] == f"alice/{MASKS}"
-    assert record["exercise"] == MASKS and record["score"] == record["max_score"] == 9
+    assert record["exercise"] == MASKS and record["score"] == record["max_score"] == int(M)
     question = record["questions"][0]
     assert set(question) >= {"id", "kind", "points", "max_points", "status", "message", "hint"}
     feedback = (graded / "bob" / f"{POOLING}.feedback.txt").read_text()
-    assert "Student:    bob" in feedback and "Score:      0/10" in feedback
+    assert "Student:    bob" in feedback and f"Score:      0/{P}" in feedback
     assert not (graded / "bob" / f"{POOLING}-checkpoint.json").exists()
 
 
@@ -113,7 +118,7 @@ def test_regrading_one_notebook_changes_only_its_row(klass, graded, tmp_path):
     assert [r for r in new_rows if r["student"] != "bob"] == [
         r for r in old_rows if r["student"] != "bob"]
     (bob,) = [r for r in new_rows if r["student"] == "bob"]
-    assert bob["score"] == "10" and bob["file"] == str(late)
+    assert bob["score"] == P and bob["file"] == str(late)
 
 
 def test_two_shards_merged_equal_one_run(klass, graded, tmp_path):
@@ -155,7 +160,7 @@ def test_a_failed_self_check_grades_nothing(klass, tmp_path, capsys):
     assert _grade(klass, "--out", out, "--solutions", broken) == 1
     err = capsys.readouterr().err
     assert "failed its self-check" in err
-    assert f"{POOLING}: the reference solution scored 0/10" in err
+    assert f"{POOLING}: the reference solution scored 0/{P}" in err
     assert not (out / "gradebook.csv").exists() and not list(out.rglob("*.json"))
 
 

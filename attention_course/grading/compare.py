@@ -75,8 +75,21 @@ def _describe(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+def _off_by(expected: float, got: float) -> str:
+    """How ``got`` misses ``expected``, without saying what ``expected`` is."""
+    if math.isnan(got) or math.isinf(got):
+        return f"got {got}"
+    if expected == 0 or (expected > 0) != (got > 0):
+        return f"got {got:.6g}, which is not the answer"
+    ratio = got / expected
+    if ratio > 1:
+        return f"got {got:.6g}, which is {ratio:.3g} times too large"
+    return f"got {got:.6g}, which is {1 / ratio:.3g} times too small"
+
+
 def _compare_tensors(
-    expected: torch.Tensor, got: torch.Tensor, rtol: float, atol: float, path: str
+    expected: torch.Tensor, got: torch.Tensor, rtol: float, atol: float, path: str,
+    reveal: bool = True,
 ) -> str | None:
     if got.shape != expected.shape:
         message = f"{path}: expected shape {_shape(expected)}, got {_shape(got)}"
@@ -108,19 +121,26 @@ def _compare_tensors(
         return None
     diff = torch.where(close, torch.zeros_like(g), (g - e).abs().nan_to_num(math.inf))
     where = _index(int(diff.flatten().argmax()), g.shape)
+    count = f"({int((~close).sum())} of {g.numel()} entries differ)"
+    if not reveal:
+        return (f"{path}: values differ; at index {where} you "
+                f"{_off_by(e[where].item(), g[where].item())} {count}")
     return (
         f"{path}: values differ; at index {where} expected {e[where].item():.6g}, "
-        f"got {g[where].item():.6g} ({int((~close).sum())} of {g.numel()} entries differ)"
+        f"got {g[where].item():.6g} {count}"
     )
 
 
 def compare(
-    expected: Any, got: Any, rtol: float = 1e-4, atol: float = 1e-6, path: str = "output"
+    expected: Any, got: Any, rtol: float = 1e-4, atol: float = 1e-6, path: str = "output",
+    reveal: bool = True,
 ) -> str | None:
     """``None`` when ``got`` matches ``expected`` within tolerance, else what differs.
 
     Tensors must have the same shape; values are compared in float64. A number may be
-    answered by a one-element tensor and the other way round.
+    answered by a one-element tensor and the other way round. With ``reveal=False`` the
+    message never says what the expected value is (for answers that are the point of a
+    question: a derived number, a prediction), only how the answer misses it.
     """
     if isinstance(expected, torch.Tensor):
         if isinstance(got, numbers.Number) and expected.numel() == 1:
@@ -129,13 +149,15 @@ def compare(
                 got = got.reshape(expected.shape)
         if not isinstance(got, torch.Tensor):
             return f"{path}: expected a tensor of shape {_shape(expected)}, got {_describe(got)}"
-        return _compare_tensors(expected, got, rtol, atol, path)
+        return _compare_tensors(expected, got, rtol, atol, path, reveal)
     if isinstance(expected, bool) or isinstance(expected, str) or expected is None:
         if isinstance(got, torch.Tensor) and got.numel() == 1 and isinstance(expected, bool):
             got = bool(got.item())
-        return None if got == expected and type(got) is type(expected) else (
-            f"{path}: expected {expected!r}, got {got!r}"[:300]
-        )
+        if got == expected and type(got) is type(expected):
+            return None
+        if not reveal:
+            return f"{path}: {got!r} is not the right answer"[:300]
+        return f"{path}: expected {expected!r}, got {got!r}"[:300]
     if isinstance(expected, numbers.Number):
         if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_complex():
             got = got.item()
@@ -145,12 +167,16 @@ def compare(
             ok = got == expected
         else:
             ok = math.isclose(float(got), float(expected), rel_tol=rtol, abs_tol=atol)
-        return None if ok else f"{path}: expected {expected:.6g}, got {got:.6g}"
+        if ok:
+            return None
+        if not reveal:
+            return f"{path}: {_off_by(float(expected), float(got))}"
+        return f"{path}: expected {expected:.6g}, got {got:.6g}"
     if isinstance(expected, (list, tuple)):
         if not isinstance(got, (list, tuple)) or len(got) != len(expected):
             return f"{path}: expected {_describe(expected)}, got {_describe(got)}"
         for i, (e, g) in enumerate(zip(expected, got, strict=True)):
-            message = compare(e, g, rtol, atol, f"{path}[{i}]")
+            message = compare(e, g, rtol, atol, f"{path}[{i}]", reveal)
             if message:
                 return message
         return None
@@ -158,7 +184,8 @@ def compare(
         if not isinstance(got, dict) or set(got) != set(expected):
             return f"{path}: expected a dict with keys {sorted(expected)}, got {_describe(got)}"
         for key in expected:
-            message = compare(expected[key], got[key], rtol, atol, f"{path}[{key!r}]")
+            message = compare(expected[key], got[key], rtol, atol, f"{path}[{key!r}]",
+                              reveal)
             if message:
                 return message
         return None

@@ -156,29 +156,47 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
+REVEALING = ("implement", "debug")  # kinds whose messages may show an expected value
+
+
 def _problem(question: Question, want: Any, got: Any, tolerance: tuple[float, float],
              path: str = "output") -> str | None:
-    """What is wrong with ``got`` (``None`` when it matches), choices and gradients included."""
+    """What is wrong with ``got`` (``None`` when it matches), choices and gradients included.
+
+    Messages show an expected value only where the value is not the point of the question
+    (an entry of a tensor a learner implements); a derived number, a prediction or a
+    measurement is never given away.
+    """
+    reveal = question.kind in REVEALING
     if question.choices:
         stray = [s for s in _strings(got) if s not in question.choices]
         if stray:
             return (f"{stray[0]!r} is not one of the choices: "
                     + ", ".join(repr(c) for c in question.choices))
     if question.grad and type(want) is dict and type(got) is dict and set(got) == set(want):
-        problem = compare(want["output"], got["output"], *tolerance, path)
+        problem = compare(want["output"], got["output"], *tolerance, path, reveal)
         if problem is not None:
             return problem
         for i, (w, g) in enumerate(zip(want["gradients"], got["gradients"], strict=True)):
-            problem = compare(w, g, *tolerance, f"gradient of input {i + 1}")
+            problem = compare(w, g, *tolerance, f"gradient of input {i + 1}", reveal)
             if problem is not None:
                 return f"the output is right, but not its gradient: {problem}"
         return None
-    return compare(want, got, *tolerance, path)
+    return compare(want, got, *tolerance, path, reveal)
+
+
+def _forward(question: Question, value: Any) -> Any:
+    """What an answer computes (without its gradients, for a question that has them)."""
+    if question.grad and type(value) is dict and "output" in value:
+        return value["output"]
+    return value
 
 
 def _recognised(question: Question, wrong: Mapping[str, list[Any]] | None, index: int,
-                got: Any, tolerance: tuple[float, float], key: str | None = None) -> str | None:
-    """The message of the first known mistake whose output ``got`` matches."""
+                want: Any, got: Any, tolerance: tuple[float, float],
+                key: str | None = None) -> str | None:
+    """The message of the first known mistake that goes wrong on this case and whose
+    output ``got`` matches (by what it computes, whatever path its gradient takes)."""
     for mistake in question.mistakes:
         outputs = (wrong or {}).get(mistake.name)
         if outputs is None:
@@ -188,7 +206,10 @@ def _recognised(question: Question, wrong: Mapping[str, list[Any]] | None, index
             if type(theirs) is not dict or key not in theirs:
                 continue
             theirs = theirs[key]
-        if _problem(question, theirs, got, tolerance) is None:
+        theirs, mine, right = (_forward(question, v) for v in (theirs, got, want))
+        if compare(right, theirs, *tolerance) is None:
+            continue  # this mistake makes no difference on this case
+        if compare(theirs, mine, *tolerance) is None:
             return mistake.message
     return None
 
@@ -219,7 +240,7 @@ def evaluate(
         if problem is None:
             continue
         where = _where(case, index + 1)
-        known = _recognised(question, wrong, index, got, tolerance)
+        known = _recognised(question, wrong, index, want, got, tolerance)
         if known:
             return result(question, "failed", f"{where}: {known}")
         if question.diagnose is not None and "shape" not in problem:
@@ -249,7 +270,8 @@ def _evaluate_parts(question: Question, cases: list[Case], expected: list[Any],
         for index, (case, want, got) in enumerate(zip(cases, expected, outputs, strict=True)):
             problem = _problem(question, want[key], got[key], tolerance, path=repr(key))
             if problem is not None:
-                known = _recognised(question, wrong, index, got[key], tolerance, key)
+                known = _recognised(question, wrong, index, want[key], got[key], tolerance,
+                                    key)
                 problems.append(f"{repr(key)} in {_where(case, index + 1)}: {known or problem}")
                 break
         else:
