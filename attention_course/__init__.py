@@ -1,9 +1,10 @@
 """Attention, from kernels to Transformers: the course's companion package.
 
-One module per chapter (``kernel_regression``, ``scoring``, ``masking``, ``seq2seq``,
-``multihead``, ``transformer``, ``channel_spatial``) and a few shared helpers
-(``data``, ``plotting``, ``training``, ``device``, ``grading``). Import the module you
-need, for example ``from attention_course import kernel_regression``.
+One module per chapter (``kernel_regression``, ``scoring``, ``masking``,
+``seq2seq``, ``multihead``, ``transformer``, ``channel_spatial``) and a few
+shared helpers (``data``, ``plotting``, ``training``, ``device``, ``grading``).
+Import the module you need, for example
+``from attention_course import kernel_regression``.
 """
 
 from attention_course.device import get_device

@@ -1,19 +1,21 @@
-"""Chapter 7: attention over channels and over positions of an image (SE-Net, CBAM).
+"""Chapter 7: attention over channels and over positions of an image
+(SE-Net, CBAM).
 
-Every block takes a feature map ``x`` of shape ``(B, C, H, W)`` and returns one of the
-same shape: ``x`` times attention weights in ``(0, 1)``. The weights broadcast against
-``x``:
+Every block takes a feature map ``x`` of shape ``(B, C, H, W)`` and returns one
+of the same shape: ``x`` times attention weights in ``(0, 1)``. The weights
+broadcast against ``x``:
 
-* :class:`SqueezeExcitation` (Hu et al., 2018) and CBAM's :class:`ChannelAttention`
-  give one weight per channel, ``(B, C, 1, 1)``;
+* :class:`SqueezeExcitation` (Hu et al., 2018) and CBAM's
+  :class:`ChannelAttention` give one weight per channel, ``(B, C, 1, 1)``;
 * :class:`SpatialAttention` gives one weight per position, ``(B, 1, H, W)``;
-* :class:`CBAM` (Woo et al., 2018) applies channel then spatial attention; its weights
-  are their product, ``(B, C, H, W)``.
+* :class:`CBAM` (Woo et al., 2018) applies channel then spatial attention; its
+  weights are their product, ``(B, C, H, W)``.
 
-Call a block with ``return_weights=True`` to get ``(output, weights)``; every block also
-keeps the weights of its latest call, detached, in ``last_weights`` for plotting.
-The channel MLPs have no biases, as in the papers' formulas; the spatial convolution has
-one (the CBAM authors' code follows it with batch normalisation, whose shift does that job).
+Call a block with ``return_weights=True`` to get ``(output, weights)``; every
+block also keeps the weights of its latest call, detached, in ``last_weights``
+for plotting. The channel MLPs have no biases, as in the papers' formulas; the
+spatial convolution has one (the CBAM authors' code follows it with batch
+normalisation, whose shift does that job).
 """
 
 from __future__ import annotations
@@ -22,16 +24,24 @@ import torch
 from torch import nn
 
 
-def _check_feature_map(x: torch.Tensor, channels: int | None, block: str) -> None:
-    """Raise a ``ValueError`` unless ``x`` is ``(B, C, H, W)`` with ``C == channels``."""
+def _check_feature_map(
+    x: torch.Tensor, channels: int | None, block: str
+) -> None:
+    """Raise a ``ValueError`` unless ``x`` is ``(B, C, H, W)`` with
+    ``C == channels``."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{block} expects a torch.Tensor, got {type(x).__name__}")
+        raise TypeError(
+            f"{block} expects a torch.Tensor, got {type(x).__name__}"
+        )
     if x.dim() != 4:
-        raise ValueError(f"{block} expects x of shape (B, C, H, W), got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{block} expects x of shape (B, C, H, W), "
+            f"got shape {tuple(x.shape)}"
+        )
     if channels is not None and x.shape[1] != channels:
         raise ValueError(
-            f"{block} was built for C={channels} channels, got x of shape {tuple(x.shape)} "
-            f"with C={x.shape[1]}"
+            f"{block} was built for C={channels} channels, "
+            f"got x of shape {tuple(x.shape)} with C={x.shape[1]}"
         )
 
 
@@ -45,12 +55,14 @@ def _hidden_size(channels: int, reduction: int) -> int:
 
 
 def squeeze(x: torch.Tensor) -> torch.Tensor:
-    """Global average pooling: one number per channel, ``(B, C, H, W) -> (B, C)``."""
+    """Global average pooling: one number per channel,
+    ``(B, C, H, W) -> (B, C)``."""
     return x.mean(dim=(2, 3))
 
 
 class _Attention(nn.Module):
-    """Shared plumbing: ``forward`` = ``x * self.attention_weights(x)``, weights kept."""
+    """Shared plumbing: ``forward`` = ``x * self.attention_weights(x)``,
+    weights kept."""
 
     last_weights: torch.Tensor | None
 
@@ -71,7 +83,8 @@ class _Attention(nn.Module):
 
 
 class SqueezeExcitation(_Attention):
-    """Squeeze-and-excitation (Hu et al., 2018): re-weight the channels of ``x``.
+    """Squeeze-and-excitation (Hu et al., 2018): re-weight the channels
+    of ``x``.
 
     squeeze ``z = mean_{h,w} x`` ``(B, C)``; excitation
     ``s = sigmoid(W2 relu(W1 z))`` with ``W1: C -> max(1, C // reduction)`` and
@@ -86,7 +99,8 @@ class SqueezeExcitation(_Attention):
         self.fc2 = nn.Linear(hidden, channels, bias=False)
 
     def excitation(self, z: torch.Tensor) -> torch.Tensor:
-        """Channel descriptor ``(B, C)`` -> channel weights in ``(0, 1)``, ``(B, C)``."""
+        """Channel descriptor ``(B, C)`` -> channel weights in ``(0, 1)``,
+        ``(B, C)``."""
         return torch.sigmoid(self.fc2(torch.relu(self.fc1(z))))
 
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
@@ -123,44 +137,57 @@ class ChannelAttention(_Attention):
 class SpatialAttention(_Attention):
     """CBAM's spatial attention (Woo et al., 2018): one weight per position.
 
-    ``M_s = sigmoid(conv([mean_c x ; max_c x]))``: the channel-wise average and maximum
-    maps, stacked as two channels, go through one ``kernel_size x kernel_size``
-    convolution with a bias (zero padding keeps ``H x W``). Works for any ``C``. Weights
-    ``(B, 1, H, W)``.
+    ``M_s = sigmoid(conv([mean_c x ; max_c x]))``: the channel-wise average and
+    maximum maps, stacked as two channels, go through one
+    ``kernel_size x kernel_size`` convolution with a bias (zero padding keeps
+    ``H x W``). Works for any ``C``. Weights ``(B, 1, H, W)``.
     """
 
     def __init__(self, kernel_size: int = 7) -> None:
         super().__init__()
         if kernel_size < 1 or kernel_size % 2 == 0:
-            raise ValueError(f"kernel_size must be a positive odd number, got {kernel_size}")
+            raise ValueError(
+                f"kernel_size must be a positive odd number, got {kernel_size}"
+            )
         self.kernel_size = kernel_size
         self.conv = nn.Conv2d(2, 1, kernel_size, padding=kernel_size // 2)
 
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W)`` -> ``(B, 1, H, W)``."""
         _check_feature_map(x, None, type(self).__name__)
-        descriptor = torch.cat([x.mean(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)], dim=1)
+        descriptor = torch.cat(
+            [x.mean(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)], dim=1
+        )
         return torch.sigmoid(self.conv(descriptor))
 
 
 class CBAM(_Attention):
-    """Convolutional block attention module (Woo et al., 2018): channel, then spatial.
+    """Convolutional block attention module (Woo et al., 2018): channel,
+    then spatial.
 
-    ``x' = x * M_c(x)``, ``output = x' * M_s(x')``, so ``output = x * (M_c * M_s)``;
-    the weights returned are that product, ``(B, C, H, W)``. Each stage keeps its own
-    weights too: ``channel_attention.last_weights`` ``(B, C, 1, 1)`` and
+    ``x' = x * M_c(x)``, ``output = x' * M_s(x')``, so
+    ``output = x * (M_c * M_s)``; the weights returned are that product,
+    ``(B, C, H, W)``. Each stage keeps its own weights too:
+    ``channel_attention.last_weights`` ``(B, C, 1, 1)`` and
     ``spatial_attention.last_weights`` ``(B, 1, H, W)``.
     """
 
-    def __init__(self, channels: int, reduction: int = 16, kernel_size: int = 7) -> None:
+    def __init__(
+        self, channels: int, reduction: int = 16, kernel_size: int = 7
+    ) -> None:
         super().__init__()
         self.channel_attention = ChannelAttention(channels, reduction)
         self.spatial_attention = SpatialAttention(kernel_size)
 
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, C, H, W)`` -> ``(B, C, H, W)``, the product of both stages' weights."""
-        refined, channel_weights = self.channel_attention(x, return_weights=True)
-        _, spatial_weights = self.spatial_attention(refined, return_weights=True)
+        """``(B, C, H, W)`` -> ``(B, C, H, W)``, the product of both
+        stages' weights."""
+        refined, channel_weights = self.channel_attention(
+            x, return_weights=True
+        )
+        _, spatial_weights = self.spatial_attention(
+            refined, return_weights=True
+        )
         return channel_weights * spatial_weights
 
 
@@ -168,15 +195,16 @@ ATTENTION_BLOCKS = ("none", "se", "cbam")
 
 
 class SmallCNN(nn.Module):
-    """A small classifier with an optional attention block, for the chapter's experiments.
+    """A small classifier with an optional attention block, for the
+    chapter's experiments.
 
     ``x (B, in_channels, H, W)`` -> logits ``(B, num_classes)``. Two
-    ``conv_size x conv_size`` convolutions (``width`` channels, ReLU, size kept), global
-    average pooling, a linear layer; with ``conv_size=1`` the network sees no shapes,
-    only what each pixel holds. The
-    attention block (``"none"``, ``"se"`` or ``"cbam"``) sits on the input
-    (``attend="input"``, where we know which channels and positions matter) or after
-    the first convolution (``attend="features"``).
+    ``conv_size x conv_size`` convolutions (``width`` channels, ReLU, size
+    kept), global average pooling, a linear layer; with ``conv_size=1`` the
+    network sees no shapes, only what each pixel holds. The attention block
+    (``"none"``, ``"se"`` or ``"cbam"``) sits on the input (``attend="input"``,
+    where we know which channels and positions matter) or after the first
+    convolution (``attend="features"``).
     """
 
     def __init__(
@@ -193,9 +221,14 @@ class SmallCNN(nn.Module):
     ) -> None:
         super().__init__()
         if attention not in ATTENTION_BLOCKS:
-            raise ValueError(f"attention must be one of {ATTENTION_BLOCKS}, got {attention!r}")
+            raise ValueError(
+                f"attention must be one of {ATTENTION_BLOCKS}, "
+                f"got {attention!r}"
+            )
         if attend not in ("input", "features"):
-            raise ValueError(f"attend must be 'input' or 'features', got {attend!r}")
+            raise ValueError(
+                f"attend must be 'input' or 'features', got {attend!r}"
+            )
         self.attend = attend
         channels = in_channels if attend == "input" else width
         if attention == "se":
@@ -204,7 +237,9 @@ class SmallCNN(nn.Module):
             self.attention = CBAM(channels, reduction, kernel_size)
         else:
             self.attention = nn.Identity()
-        self.conv1 = nn.Conv2d(in_channels, width, conv_size, padding=conv_size // 2)
+        self.conv1 = nn.Conv2d(
+            in_channels, width, conv_size, padding=conv_size // 2
+        )
         self.conv2 = nn.Conv2d(width, width, conv_size, padding=conv_size // 2)
         self.head = nn.Linear(width, num_classes)
 
@@ -221,16 +256,17 @@ class SmallCNN(nn.Module):
 def mass_in_boxes(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     """Share of each map's total mass that lies inside its box, ``(B,)``.
 
-    ``maps`` is ``(B, H, W)`` or ``(B, 1, H, W)`` with non-negative entries; ``boxes`` is
-    ``(B, 4)`` integer ``(top, left, bottom, right)``, bottom and right exclusive. A map
-    spread evenly scores the box's share of the image area (chance).
+    ``maps`` is ``(B, H, W)`` or ``(B, 1, H, W)`` with non-negative entries;
+    ``boxes`` is ``(B, 4)`` integer ``(top, left, bottom, right)``, bottom and
+    right exclusive. A map spread evenly scores the box's share of the image
+    area (chance).
     """
     if maps.dim() == 4 and maps.shape[1] == 1:
         maps = maps[:, 0]
     if maps.dim() != 3 or boxes.shape != (maps.shape[0], 4):
         raise ValueError(
-            f"maps must be (B, H, W) or (B, 1, H, W) and boxes (B, 4); got maps "
-            f"{tuple(maps.shape)} and boxes {tuple(boxes.shape)}"
+            f"maps must be (B, H, W) or (B, 1, H, W) and boxes (B, 4); "
+            f"got maps {tuple(maps.shape)} and boxes {tuple(boxes.shape)}"
         )
     rows = torch.arange(maps.shape[1], device=maps.device)[None, :, None]
     cols = torch.arange(maps.shape[2], device=maps.device)[None, None, :]

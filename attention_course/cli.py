@@ -1,4 +1,5 @@
-"""The ``attention-course`` command: ``info`` about this installation, ``grade`` submissions."""
+"""The ``attention-course`` command: ``info`` about this installation,
+``grade`` submissions."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import attention_course
 
 
 def collect_info() -> dict[str, object]:
-    """Versions, the device the course would use, and whether a CJK font was found."""
+    """Versions, the device the course would use, and whether a CJK font was
+    found."""
     import matplotlib
     import torch
 
@@ -40,12 +42,14 @@ def _print_info(as_json: bool) -> int:
     if as_json:
         print(json.dumps(info, indent=2))
         return 0
-    font = info["cjk_font"] or "none found (Chinese labels fall back to positions)"
+    font = (info["cjk_font"]
+            or "none found (Chinese labels fall back to positions)")
     print(f"attention-course {info['package']}")
     print(f"  Python      {info['python']}")
     print(f"  torch       {info['torch']}")
     print(f"  matplotlib  {info['matplotlib']}")
-    print(f"  device      {info['device']}  (override with {info['device_override']}=cpu|cuda|mps)")
+    print(f"  device      {info['device']}  "
+          f"(override with {info['device_override']}=cpu|cuda|mps)")
     print(f"  CJK font    {font}")
     return 0
 
@@ -53,14 +57,20 @@ def _print_info(as_json: bool) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attention-course",
-        description="Companion tool of the course 'Attention, from kernels to Transformers'.",
+        description="Companion tool of the course "
+        "'Attention, from kernels to Transformers'.",
     )
     parser.add_argument(
-        "--version", action="version", version=f"%(prog)s {attention_course.__version__}"
+        "--version", action="version",
+        version=f"%(prog)s {attention_course.__version__}",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    info = sub.add_parser("info", help="show versions, the device in use and the CJK font")
-    info.add_argument("--json", action="store_true", help="print the information as JSON")
+    info = sub.add_parser(
+        "info", help="show versions, the device in use and the CJK font"
+    )
+    info.add_argument(
+        "--json", action="store_true", help="print the information as JSON"
+    )
     from attention_course.grading.cli import add_grade_parser, add_merge_parser
 
     add_grade_parser(sub)
@@ -74,8 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "info":
         return _print_info(args.json)
     if args.command in ("grade", "merge"):
-        # attention_course.grading.cli registers these subcommands and sets each one's
-        # handler as the parser default ``run``.
+        # attention_course.grading.cli registers these subcommands and sets each
+        # one's handler as the parser default ``run``.
         return int(args.run(args))
     parser.print_help()
     return 0

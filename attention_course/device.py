@@ -15,16 +15,20 @@ ENV_VAR = "ATTENTION_COURSE_DEVICE"
 def get_device(prefer: str | None = None) -> torch.device:
     """Return the device the course should run on.
 
-    ``prefer`` (or the ``ATTENTION_COURSE_DEVICE`` environment variable) wins when given;
-    otherwise the first available of ``cuda``, ``mps`` and ``cpu``.
+    ``prefer`` (or the ``ATTENTION_COURSE_DEVICE`` environment variable) wins
+    when given; otherwise the first available of ``cuda``, ``mps`` and ``cpu``.
     """
     choice = prefer or os.environ.get(ENV_VAR, "").strip()
     if choice:
         device = torch.device(choice)
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"{ENV_VAR}={choice!r} asks for CUDA, but CUDA is not available")
+            raise ValueError(
+                f"{ENV_VAR}={choice!r} asks for CUDA, but CUDA is not available"
+            )
         if device.type == "mps" and not _mps_available():
-            raise ValueError(f"{ENV_VAR}={choice!r} asks for MPS, but MPS is not available")
+            raise ValueError(
+                f"{ENV_VAR}={choice!r} asks for MPS, but MPS is not available"
+            )
         return device
     if torch.cuda.is_available():
         return torch.device("cuda")
@@ -39,7 +43,8 @@ def _mps_available() -> bool:
 
 
 def seed_everything(seed: int) -> torch.Generator:
-    """Seed Python's, NumPy's and torch's generators; return a torch CPU generator."""
+    """Seed Python's, NumPy's and torch's generators; return a torch
+    CPU generator."""
     import random
 
     import numpy as np

@@ -1,9 +1,11 @@
-"""Chapter 1: attention pooling as kernel regression (Nadaraya 1964, Watson 1964).
+"""Chapter 1: attention pooling as kernel regression
+(Nadaraya 1964, Watson 1964).
 
-A query ``x`` is answered with a weighted average of the values ``y_i``; the weight of
-``y_i`` grows as its key ``x_i`` gets closer to ``x``. Shapes: ``queries`` is ``(Nq,)`` or
-``(Nq, d)``, ``keys`` is ``(Nk,)`` or ``(Nk, d)``, ``values`` is ``(Nk,)`` or ``(Nk, dv)``;
-``weights`` is always ``(Nq, Nk)`` and each of its rows sums to 1.
+A query ``x`` is answered with a weighted average of the values ``y_i``; the
+weight of ``y_i`` grows as its key ``x_i`` gets closer to ``x``. Shapes:
+``queries`` is ``(Nq,)`` or ``(Nq, d)``, ``keys`` is ``(Nk,)`` or ``(Nk, d)``,
+``values`` is ``(Nk,)`` or ``(Nk, dv)``; ``weights`` is always ``(Nq, Nk)`` and
+each of its rows sums to 1.
 """
 
 from __future__ import annotations
@@ -20,20 +22,25 @@ KERNELS = ("gaussian", "boxcar", "epanechnikov")
 def _as_points(x: torch.Tensor, name: str) -> torch.Tensor:
     """``(N,)`` or ``(N, d)`` -> ``(N, d)``."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise TypeError(
+            f"{name} must be a torch.Tensor, got {type(x).__name__}"
+        )
     if not x.is_floating_point():
         x = x.to(torch.get_default_dtype())
     if x.dim() == 1:
         return x[:, None]
     if x.dim() == 2:
         return x
-    raise ValueError(f"{name} must have shape (N,) or (N, d), got {tuple(x.shape)}")
+    raise ValueError(
+        f"{name} must have shape (N,) or (N, d), got {tuple(x.shape)}"
+    )
 
 
 def _as_query_key_points(
     queries: torch.Tensor, keys: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Queries ``(Nq, d)`` and keys ``(Nk, d)`` with the same feature size ``d``."""
+    """Queries ``(Nq, d)`` and keys ``(Nk, d)`` with the same feature
+    size ``d``."""
     q, k = _as_points(queries, "queries"), _as_points(keys, "keys")
     if q.shape[1] != k.shape[1]:
         raise ValueError(
@@ -48,29 +55,38 @@ def _check_inputs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     q, k = _as_query_key_points(queries, keys)
     if not isinstance(values, torch.Tensor):
-        raise TypeError(f"values must be a torch.Tensor, got {type(values).__name__}")
+        raise TypeError(
+            f"values must be a torch.Tensor, got {type(values).__name__}"
+        )
     if values.dim() not in (1, 2) or values.shape[0] != k.shape[0]:
         raise ValueError(
-            f"values must have shape (Nk,) or (Nk, dv) with Nk = {k.shape[0]} keys; got "
-            f"values {tuple(values.shape)} for keys {tuple(keys.shape)}"
+            f"values must have shape (Nk,) or (Nk, dv) with "
+            f"Nk = {k.shape[0]} keys; got values {tuple(values.shape)} "
+            f"for keys {tuple(keys.shape)}"
         )
     return q, k
 
 
-def squared_distances(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+def squared_distances(
+    queries: torch.Tensor, keys: torch.Tensor
+) -> torch.Tensor:
     """``|q_i - k_j|^2`` for every query and key, ``(Nq, Nk)``.
 
     Computed from the differences, so it is exact: ``torch.cdist``'s fast path
-    (``|q|^2 + |k|^2 - 2 q.k``) loses the small distances a narrow kernel depends on.
+    (``|q|^2 + |k|^2 - 2 q.k``) loses the small distances a narrow kernel
+    depends on.
     """
     q, k = _as_query_key_points(queries, keys)
     return (q[:, None, :] - k[None, :, :]).pow(2).sum(dim=-1)
 
 
 def scaled_distances(
-    queries: torch.Tensor, keys: torch.Tensor, bandwidth: float | torch.Tensor = 1.0
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    bandwidth: float | torch.Tensor = 1.0,
 ) -> torch.Tensor:
-    """``u[i, j] = |q_i - k_j| / h``, the distance of every query to every key, ``(Nq, Nk)``."""
+    """``u[i, j] = |q_i - k_j| / h``, the distance of every query to every key,
+    ``(Nq, Nk)``."""
     return squared_distances(queries, keys).sqrt() / bandwidth
 
 
@@ -83,7 +99,8 @@ def kernel_scores(u: torch.Tensor, kernel: str = "gaussian") -> torch.Tensor:
     """Unnormalised kernel values ``K(u)`` for scaled distances ``u``.
 
     ``gaussian``: ``exp(-u^2 / 2)``; ``boxcar``: ``1`` for ``|u| <= 1``;
-    ``epanechnikov``: ``max(0, 1 - u^2)`` (the constant factors cancel when normalised).
+    ``epanechnikov``: ``max(0, 1 - u^2)`` (the constant factors cancel when
+    normalised).
     """
     if kernel == "gaussian":
         return torch.exp(-0.5 * u**2)
@@ -100,24 +117,36 @@ def attention_weights(
     bandwidth: float | torch.Tensor = 1.0,
     kernel: str = "gaussian",
 ) -> torch.Tensor:
-    """Normalised kernel weights ``alpha(q_i, k_j)``, ``(Nq, Nk)``, rows summing to 1.
+    """Normalised kernel weights ``alpha(q_i, k_j)``, ``(Nq, Nk)``, rows
+    summing to 1.
 
-    The Gaussian kernel is normalised with a softmax over ``-u^2 / 2``, which is exact
-    and never divides by zero. For the compact kernels a query with no key inside its
-    window gives all its weight to the nearest key.
+    The Gaussian kernel is normalised with a softmax over ``-u^2 / 2``, which is
+    exact and never divides by zero. For the compact kernels a query with no key
+    inside its window gives all its weight to the nearest key.
     """
     _check_bandwidth(bandwidth)
     if kernel == "gaussian":
-        return torch.softmax(-0.5 * squared_distances(queries, keys) / bandwidth**2, dim=-1)
+        return torch.softmax(
+            -0.5 * squared_distances(queries, keys) / bandwidth**2, dim=-1
+        )
     u = scaled_distances(queries, keys, bandwidth)
     scores = kernel_scores(u, kernel)
     totals = scores.sum(dim=-1, keepdim=True)
-    nearest = torch.zeros_like(scores).scatter_(-1, u.argmin(dim=-1, keepdim=True), 1.0)
-    return torch.where(totals > 0, scores / totals.clamp_min(torch.finfo(u.dtype).tiny), nearest)
+    nearest = torch.zeros_like(scores).scatter_(
+        -1, u.argmin(dim=-1, keepdim=True), 1.0
+    )
+    return torch.where(
+        totals > 0,
+        scores / totals.clamp_min(torch.finfo(u.dtype).tiny),
+        nearest,
+    )
 
 
-def average_pooling(queries: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """The baseline: every query gets the mean of all values. ``(Nq,)`` or ``(Nq, dv)``."""
+def average_pooling(
+    queries: torch.Tensor, values: torch.Tensor
+) -> torch.Tensor:
+    """The baseline: every query gets the mean of all values.
+    ``(Nq,)`` or ``(Nq, dv)``."""
     q = _as_points(queries, "queries")
     mean = values.mean(dim=0)
     return mean.expand(q.shape[0], *mean.shape).clone()
@@ -132,9 +161,10 @@ def nadaraya_watson(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Nadaraya-Watson kernel regression: ``f(q) = sum_j alpha(q, k_j) v_j``.
 
-    Returns ``(predictions, weights)``: predictions ``(Nq,)`` for values ``(Nk,)`` (or
-    ``(Nq, dv)`` for values ``(Nk, dv)``) and weights ``(Nq, Nk)``, rows summing to 1.
-    A wide bandwidth approaches average pooling, a narrow one the nearest neighbour.
+    Returns ``(predictions, weights)``: predictions ``(Nq,)`` for values
+    ``(Nk,)`` (or ``(Nq, dv)`` for values ``(Nk, dv)``) and weights
+    ``(Nq, Nk)``, rows summing to 1. A wide bandwidth approaches average
+    pooling, a narrow one the nearest neighbour.
     """
     _check_inputs(queries, keys, values)
     weights = attention_weights(queries, keys, bandwidth, kernel)
@@ -146,9 +176,10 @@ def leave_one_out_mse(
 ) -> float:
     """Mean squared error of predicting each ``y_i`` from all the other points.
 
-    ``x`` is ``(N,)`` or ``(N, d)``, ``y`` is ``(N,)`` or ``(N, dv)``. Each point's own
-    distance is set to infinity, so it gets no weight. With a compact kernel a point with
-    no other point inside its window has no prediction, and the result is ``nan``.
+    ``x`` is ``(N,)`` or ``(N, d)``, ``y`` is ``(N,)`` or ``(N, dv)``. Each
+    point's own distance is set to infinity, so it gets no weight. With a
+    compact kernel a point with no other point inside its window has no
+    prediction, and the result is ``nan``.
     """
     _check_inputs(x, x, y)
     _check_bandwidth(bandwidth)
@@ -165,31 +196,46 @@ def leave_one_out_mse(
 
 
 def choose_bandwidth(
-    x: torch.Tensor, y: torch.Tensor, candidates: Sequence[float], kernel: str = "gaussian"
+    x: torch.Tensor,
+    y: torch.Tensor,
+    candidates: Sequence[float],
+    kernel: str = "gaussian",
 ) -> float:
-    """The candidate bandwidth with the lowest leave-one-out error on ``(x, y)``."""
+    """The candidate bandwidth with the lowest leave-one-out error
+    on ``(x, y)``."""
     if len(candidates) == 0:
         raise ValueError("candidates must hold at least one bandwidth")
     errors = [leave_one_out_mse(x, y, float(h), kernel) for h in candidates]
-    finite = [(e, float(h)) for e, h in zip(errors, candidates, strict=True) if math.isfinite(e)]
+    finite = [
+        (e, float(h))
+        for e, h in zip(errors, candidates, strict=True)
+        if math.isfinite(e)
+    ]
     if not finite:
-        raise ValueError("every candidate bandwidth left some point with no neighbour")
+        raise ValueError(
+            "every candidate bandwidth left some point with no neighbour"
+        )
     return min(finite)[1]
 
 
 class NWKernelRegression(nn.Module):
-    """Parametric attention pooling: a Gaussian kernel with a learnable bandwidth.
+    """Parametric attention pooling: a Gaussian kernel with a
+    learnable bandwidth.
 
-    The bandwidth is ``exp(log_bandwidth)``, so it stays positive while gradient descent
-    moves it. ``forward`` returns the predictions and keeps the last weights in
-    ``self.attention_weights`` ``(Nq, Nk)`` for plotting.
+    The bandwidth is ``exp(log_bandwidth)``, so it stays positive while gradient
+    descent moves it. ``forward`` returns the predictions and keeps the last
+    weights in ``self.attention_weights`` ``(Nq, Nk)`` for plotting.
     """
 
     def __init__(self, init_bandwidth: float = 1.0) -> None:
         super().__init__()
         if init_bandwidth <= 0:
-            raise ValueError(f"init_bandwidth must be positive, got {init_bandwidth}")
-        self.log_bandwidth = nn.Parameter(torch.tensor(math.log(init_bandwidth)))
+            raise ValueError(
+                f"init_bandwidth must be positive, got {init_bandwidth}"
+            )
+        self.log_bandwidth = nn.Parameter(
+            torch.tensor(math.log(init_bandwidth))
+        )
         self.attention_weights: torch.Tensor | None = None
 
     @property
@@ -205,9 +251,10 @@ class NWKernelRegression(nn.Module):
     ) -> torch.Tensor:
         """Predictions ``(Nq,)`` or ``(Nq, dv)``.
 
-        ``exclude_self`` (needs ``Nq == Nk``, queries equal to keys) gives the diagonal no
-        weight: the leave-one-out fit used in training, without which the best bandwidth
-        would shrink to zero and every point would predict itself.
+        ``exclude_self`` (needs ``Nq == Nk``, queries equal to keys) gives the
+        diagonal no weight: the leave-one-out fit used in training, without
+        which the best bandwidth would shrink to zero and every point would
+        predict itself.
         """
         q, k = _check_inputs(queries, keys, values)
         logits = -0.5 * squared_distances(q, k) / self.bandwidth**2

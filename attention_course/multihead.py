@@ -1,24 +1,29 @@
-"""Multi-head attention: project, split into heads, attend per head, concatenate, project.
+"""Multi-head attention: project, split into heads, attend per head,
+concatenate, project.
 
-One module serves self-attention (query, key and value are the same sequence) and
-cross-attention (the query comes from one sequence, keys and values from another).
-It has two paths that compute the same function:
+One module serves self-attention (query, key and value are the same sequence)
+and cross-attention (the query comes from one sequence, keys and values from
+another). It has two paths that compute the same function:
 
 * the **explicit** path (``need_weights=True``) runs
   :func:`attention_course.masking.scaled_dot_product_attention` and returns the
-  attention weights of every head, ``(B, num_heads, Nq, Nk)``, for teaching and plots;
+  attention weights of every head, ``(B, num_heads, Nq, Nk)``, for teaching and
+  plots;
 * the **fused** path (``need_weights=False``, the default) calls
-  :func:`torch.nn.functional.scaled_dot_product_attention`, which never materialises
-  the ``(Nq, Nk)`` weight matrix and so needs memory linear in the sequence length.
+  :func:`torch.nn.functional.scaled_dot_product_attention`, which never
+  materialises the ``(Nq, Nk)`` weight matrix and so needs memory linear in the
+  sequence length.
 
-Masks follow the course's single convention: a boolean mask is ``True`` where attention
-is *allowed*; a float mask is added to the scores. Shapes are batch-first.
+Masks follow the course's single convention: a boolean mask is ``True`` where
+attention is *allowed*; a float mask is added to the scores. Shapes are
+batch-first.
 
-Part II adds three options. ``num_kv_heads`` gives grouped-query attention (fewer key and
-value heads than query heads, each shared by a group; ``1`` is multi-query attention).
-``positional="rope"`` or ``"alibi"`` puts relative positions inside attention
-(:mod:`attention_course.positions`). A :class:`~attention_course.decoding.KVCache` passed
-as ``cache`` keeps the keys and values of earlier calls, for generating one token at a time.
+Part II adds three options. ``num_kv_heads`` gives grouped-query attention
+(fewer key and value heads than query heads, each shared by a group; ``1`` is
+multi-query attention). ``positional="rope"`` or ``"alibi"`` puts relative
+positions inside attention (:mod:`attention_course.positions`). A
+:class:`~attention_course.decoding.KVCache` passed as ``cache`` keeps the keys
+and values of earlier calls, for generating one token at a time.
 """
 
 from __future__ import annotations
@@ -35,10 +40,12 @@ POSITIONAL = (None, "rope", "alibi")
 
 
 def _sdpa_takes_enable_gqa() -> bool:
-    """Whether this PyTorch's fused kernel shares key/value heads itself (2.5 and later)."""
+    """Whether this PyTorch's fused kernel shares key/value heads itself
+    (2.5 and later)."""
     query, key_value = torch.zeros(1, 2, 1, 1), torch.zeros(1, 1, 1, 1)
     try:
-        F.scaled_dot_product_attention(query, key_value, key_value, enable_gqa=True)
+        F.scaled_dot_product_attention(query, key_value, key_value,
+                                       enable_gqa=True)
     except TypeError:
         return False
     return True
@@ -48,16 +55,18 @@ _SDPA_GQA = _sdpa_takes_enable_gqa()
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
-    """``(B, N, num_heads * head_dim)`` -> ``(B, num_heads, N, head_dim)`` (a view)."""
+    """``(B, N, num_heads * head_dim)`` -> ``(B, num_heads, N, head_dim)``
+    (a view)."""
     batch, length, dim = x.shape
     if dim % num_heads:
-        raise ValueError(f"last dimension {dim} of x (shape {tuple(x.shape)}) is not "
-                         f"divisible by num_heads={num_heads}")
+        raise ValueError(f"last dimension {dim} of x (shape {tuple(x.shape)}) "
+                         f"is not divisible by num_heads={num_heads}")
     return x.view(batch, length, num_heads, dim // num_heads).transpose(1, 2)
 
 
 def merge_heads(x: Tensor) -> Tensor:
-    """``(B, num_heads, N, head_dim)`` -> ``(B, N, num_heads * head_dim)``: the concatenation."""
+    """``(B, num_heads, N, head_dim)`` -> ``(B, N, num_heads * head_dim)``:
+    the concatenation."""
     batch, num_heads, length, head_dim = x.shape
     return x.transpose(1, 2).reshape(batch, length, num_heads * head_dim)
 
@@ -65,24 +74,28 @@ def merge_heads(x: Tensor) -> Tensor:
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention (Vaswani et al., 2017).
 
-    ``embed_dim`` is split into ``num_heads`` heads of ``embed_dim // num_heads``
-    dimensions each. ``kdim`` and ``vdim`` are the feature sizes of keys and values
-    (default ``embed_dim``), so the module also does cross-attention between sequences
-    of different widths. The projections are the ``nn.Linear`` submodules ``q_proj``,
-    ``k_proj``, ``v_proj`` and ``out_proj``.
+    ``embed_dim`` is split into ``num_heads`` heads of
+    ``embed_dim // num_heads`` dimensions each. ``kdim`` and ``vdim`` are the
+    feature sizes of keys and values (default ``embed_dim``), so the module also
+    does cross-attention between sequences of different widths. The projections
+    are the ``nn.Linear`` submodules ``q_proj``, ``k_proj``, ``v_proj`` and
+    ``out_proj``.
 
-    ``num_kv_heads`` (default ``num_heads``) gives grouped-query attention (Ainslie et
-    al. 2023): ``k_proj`` and ``v_proj`` produce ``num_kv_heads * head_dim`` features,
-    and query head ``h`` uses key/value head ``h // (num_heads // num_kv_heads)``;
-    ``num_kv_heads=1`` is multi-query attention (Shazeer 2019).
+    ``num_kv_heads`` (default ``num_heads``) gives grouped-query attention
+    (Ainslie et al. 2023): ``k_proj`` and ``v_proj`` produce
+    ``num_kv_heads * head_dim`` features, and query head ``h`` uses key/value
+    head ``h // (num_heads // num_kv_heads)``; ``num_kv_heads=1`` is multi-query
+    attention (Shazeer 2019).
 
-    ``positional`` puts relative positions inside attention: ``None`` (the default; any
-    position information comes with the inputs), ``"rope"`` (queries and keys are rotated
-    by :func:`~attention_course.positions.rotary_embedding` with base ``rope_base``, after
-    the head split and before the kernel) or ``"alibi"`` (the bias of
-    :func:`~attention_course.positions.alibi_bias` is added to the scores: causal with
-    ``is_causal``, symmetric without). Queries and keys are at positions ``0, 1, ...``,
-    after the cached ones when there is a cache. Meant for self-attention.
+    ``positional`` puts relative positions inside attention: ``None`` (the
+    default; any position information comes with the inputs), ``"rope"``
+    (queries and keys are rotated by
+    :func:`~attention_course.positions.rotary_embedding` with base
+    ``rope_base``, after the head split and before the kernel) or ``"alibi"``
+    (the bias of :func:`~attention_course.positions.alibi_bias` is added to the
+    scores: causal with ``is_causal``, symmetric without). Queries and keys are
+    at positions ``0, 1, ...``, after the cached ones when there is a cache.
+    Meant for self-attention.
     """
 
     def __init__(
@@ -102,22 +115,28 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"embed_dim and num_heads must be positive, got "
                              f"embed_dim={embed_dim}, num_heads={num_heads}")
         if embed_dim % num_heads:
-            raise ValueError(f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}")
+            raise ValueError(f"embed_dim={embed_dim} is not divisible by "
+                             f"num_heads={num_heads}")
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if num_kv_heads <= 0 or num_heads % num_kv_heads:
-            raise ValueError(f"num_kv_heads must be positive and divide num_heads={num_heads} "
-                             f"(each key/value head serves a group of query heads), got "
+            raise ValueError(f"num_kv_heads must be positive and divide "
+                             f"num_heads={num_heads} (each key/value head "
+                             f"serves a group of query heads), got "
                              f"num_kv_heads={num_kv_heads}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         if positional not in POSITIONAL:
-            raise ValueError(f"positional must be one of {POSITIONAL}, got {positional!r}")
-        self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
-        self.num_kv_heads, self.positional, self.rope_base = num_kv_heads, positional, rope_base
+            raise ValueError(f"positional must be one of {POSITIONAL}, "
+                             f"got {positional!r}")
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.dropout = dropout
+        self.num_kv_heads, self.positional = num_kv_heads, positional
+        self.rope_base = rope_base
         self.head_dim = embed_dim // num_heads
         if positional == "rope" and self.head_dim % 2:
-            raise ValueError(f"rope rotates pairs of features: head_dim = embed_dim / num_heads "
-                             f"= {embed_dim} / {num_heads} = {self.head_dim} must be even")
+            raise ValueError(f"rope rotates pairs of features: head_dim = "
+                             f"embed_dim / num_heads = {embed_dim} / "
+                             f"{num_heads} = {self.head_dim} must be even")
         self.kdim = embed_dim if kdim is None else kdim
         self.vdim = embed_dim if vdim is None else vdim
         kv_dim = num_kv_heads * self.head_dim
@@ -136,131 +155,169 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         cache: KVCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attend from ``query (B, Nq, embed_dim)`` to ``key (B, Nk, kdim)`` and ``value``.
+        """Attend from ``query (B, Nq, embed_dim)`` to ``key (B, Nk, kdim)`` and
+        ``value``.
 
-        ``attn_mask`` is broadcastable to ``(B, num_heads, Nq, Nk)``: boolean (``True`` =
-        allowed) or float (added to the scores); a key-padding mask ``(B, Nk)`` becomes
-        ``mask[:, None, None, :]``. ``is_causal`` lets query ``i`` see keys ``j <= i`` only
-        (combined with ``attn_mask`` when both are given). Returns the output
-        ``(B, Nq, embed_dim)`` and, when ``need_weights``, the weights of every (query)
-        head ``(B, num_heads, Nq, Nk)``, else ``None``. Unbatched inputs ``(N, dim)`` give
-        unbatched results.
+        ``attn_mask`` is broadcastable to ``(B, num_heads, Nq, Nk)``: boolean
+        (``True`` = allowed) or float (added to the scores); a key-padding mask
+        ``(B, Nk)`` becomes ``mask[:, None, None, :]``. ``is_causal`` lets query
+        ``i`` see keys ``j <= i`` only (combined with ``attn_mask`` when both
+        are given). Returns the output ``(B, Nq, embed_dim)`` and, when
+        ``need_weights``, the weights of every (query) head
+        ``(B, num_heads, Nq, Nk)``, else ``None``. Unbatched inputs ``(N, dim)``
+        give unbatched results.
 
-        ``cache`` (a :class:`~attention_course.decoding.KVCache`) carries keys and values
-        from call to call. A growing cache (self-attention while generating): this call's
-        keys and values are appended, and the queries, the newest positions, attend to
-        all ``Nk`` cached ones; ``is_causal`` then aligns bottom-right (a single new query
-        sees every cached key), and RoPE and ALiBi count positions from the start of the
-        cache. A static cache (cross-attention): the first call stores the projected
-        ``key`` and ``value``, later calls reuse them.
+        ``cache`` (a :class:`~attention_course.decoding.KVCache`) carries keys
+        and values from call to call. A growing cache (self-attention while
+        generating): this call's keys and values are appended, and the queries,
+        the newest positions, attend to all ``Nk`` cached ones; ``is_causal``
+        then aligns bottom-right (a single new query sees every cached key), and
+        RoPE and ALiBi count positions from the start of the cache. A static
+        cache (cross-attention): the first call stores the projected ``key`` and
+        ``value``, later calls reuse them.
         """
         if query.dim() == 2 and key.dim() == 2 and value.dim() == 2:
-            out, weights = self(query[None], key[None], value[None], attn_mask, is_causal,
-                                need_weights, cache)
+            out, weights = self(query[None], key[None], value[None], attn_mask,
+                                is_causal, need_weights, cache)
             return out[0], None if weights is None else weights[0]
         self._check_inputs(query, key, value)
-        if cache is not None and cache.static and (is_causal or self.positional is not None):
-            raise ValueError("a static cache holds cross-attention keys (the encoder memory): "
-                             "it takes neither is_causal nor positional='rope'/'alibi'")
+        if (cache is not None and cache.static
+                and (is_causal or self.positional is not None)):
+            raise ValueError("a static cache holds cross-attention keys (the "
+                             "encoder memory): it takes neither is_causal nor "
+                             "positional='rope'/'alibi'")
         q, k, v = self._attention_inputs(query, key, value, cache)
         align = "top_left" if cache is None else "bottom_right"
-        attn_mask, kernel_causal = self._prepare_mask(attn_mask, is_causal, q.size(-2),
-                                                      k.size(-2), query, align)
+        attn_mask, kernel_causal = self._prepare_mask(
+            attn_mask, is_causal, q.size(-2), k.size(-2), query, align
+        )
         options = dict(attn_mask=attn_mask, is_causal=kernel_causal,
                        dropout_p=self.dropout if self.training else 0.0)
         if need_weights:
-            out, weights = scaled_dot_product_attention(q, *self._share_kv_heads(k, v), **options)
+            out, weights = scaled_dot_product_attention(
+                q, *self._share_kv_heads(k, v), **options
+            )
         elif _SDPA_GQA and self.num_kv_heads != self.num_heads:
-            out, weights = F.scaled_dot_product_attention(q, k, v, **options, enable_gqa=True), None
+            out, weights = F.scaled_dot_product_attention(
+                q, k, v, **options, enable_gqa=True
+            ), None
         else:
-            out, weights = F.scaled_dot_product_attention(q, *self._share_kv_heads(k, v),
-                                                          **options), None
+            out, weights = F.scaled_dot_product_attention(
+                q, *self._share_kv_heads(k, v), **options
+            ), None
         return self.out_proj(merge_heads(out)), weights
 
-    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The three input projections, split into heads: ``q (B, num_heads, Nq, head_dim)``,
-        ``k`` and ``v (B, num_kv_heads, Nk, head_dim)``.
+    def _project(self, query: Tensor, key: Tensor,
+                 value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The three input projections, split into heads:
+        ``q (B, num_heads, Nq, head_dim)``, ``k`` and
+        ``v (B, num_kv_heads, Nk, head_dim)``.
 
         In self-attention (one tensor passed as query, key and value) the three
-        projections run as one matrix product, which saves two passes over the input.
+        projections run as one matrix product, which saves two passes over the
+        input.
         """
-        if query is key and key is value and self.kdim == self.vdim == self.embed_dim:
-            weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        if (query is key and key is value
+                and self.kdim == self.vdim == self.embed_dim):
+            weight = torch.cat([self.q_proj.weight, self.k_proj.weight,
+                                self.v_proj.weight])
             bias = None
             if self.q_proj.bias is not None:
-                bias = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+                bias = torch.cat([self.q_proj.bias, self.k_proj.bias,
+                                  self.v_proj.bias])
             kv_dim = self.num_kv_heads * self.head_dim
-            q, k, v = F.linear(query, weight, bias).split([self.embed_dim, kv_dim, kv_dim], -1)
+            q, k, v = F.linear(query, weight, bias).split(
+                [self.embed_dim, kv_dim, kv_dim], -1
+            )
         else:
             q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
-        return (split_heads(q, self.num_heads), split_heads(k, self.num_kv_heads),
+        return (split_heads(q, self.num_heads),
+                split_heads(k, self.num_kv_heads),
                 split_heads(v, self.num_kv_heads))
 
-    def _attention_inputs(self, query: Tensor, key: Tensor, value: Tensor,
-                          cache: KVCache | None) -> tuple[Tensor, Tensor, Tensor]:
-        """Projected heads, rotated when ``positional="rope"``, joined with the cache."""
+    def _attention_inputs(
+        self, query: Tensor, key: Tensor, value: Tensor, cache: KVCache | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Projected heads, rotated when ``positional="rope"``, joined with
+        the cache."""
         if cache is not None and cache.static and len(cache):
-            return split_heads(self.q_proj(query), self.num_heads), cache.keys, cache.values
+            return (split_heads(self.q_proj(query), self.num_heads),
+                    cache.keys, cache.values)
         q, k, v = self._project(query, key, value)
         if self.positional == "rope":
-            start = 0 if cache is None else len(cache)  # the position of the first new token
-            q = rotary_embedding(q, torch.arange(start, start + q.size(-2), device=q.device),
-                                 self.rope_base)
-            k = rotary_embedding(k, torch.arange(start, start + k.size(-2), device=k.device),
-                                 self.rope_base)
+            # the position of the first new token
+            start = 0 if cache is None else len(cache)
+            q = rotary_embedding(
+                q, torch.arange(start, start + q.size(-2), device=q.device),
+                self.rope_base,
+            )
+            k = rotary_embedding(
+                k, torch.arange(start, start + k.size(-2), device=k.device),
+                self.rope_base,
+            )
         if cache is not None:
             k, v = cache.append(k, v)
         return q, k, v
 
     def _share_kv_heads(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Repeat each key/value head for its group of query heads: ``(B, num_heads, Nk, d)``."""
+        """Repeat each key/value head for its group of query heads:
+        ``(B, num_heads, Nk, d)``."""
         group = self.num_heads // self.num_kv_heads
         if group == 1:
             return k, v
-        return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        return (k.repeat_interleave(group, dim=1),
+                v.repeat_interleave(group, dim=1))
 
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
         shapes = (f"query {tuple(query.shape)}, key {tuple(key.shape)}, "
                   f"value {tuple(value.shape)}")
         if not query.dim() == key.dim() == value.dim() == 3:
-            raise ValueError(f"query, key and value must all be (B, N, dim) (or all unbatched "
-                             f"(N, dim)); got {shapes}")
+            raise ValueError(f"query, key and value must all be (B, N, dim) "
+                             f"(or all unbatched (N, dim)); got {shapes}")
         if query.size(-1) != self.embed_dim:
-            raise ValueError(f"query's last dimension must be embed_dim={self.embed_dim}; "
-                             f"got {shapes}")
+            raise ValueError(f"query's last dimension must be "
+                             f"embed_dim={self.embed_dim}; got {shapes}")
         if key.size(-1) != self.kdim or value.size(-1) != self.vdim:
-            raise ValueError(f"key's last dimension must be kdim={self.kdim} and value's "
-                             f"vdim={self.vdim}; got {shapes}")
+            raise ValueError(f"key's last dimension must be kdim={self.kdim} "
+                             f"and value's vdim={self.vdim}; got {shapes}")
         if key.shape[:2] != value.shape[:2]:
-            raise ValueError(f"key and value must have the same batch size and length; "
-                             f"got {shapes}")
+            raise ValueError(f"key and value must have the same batch size "
+                             f"and length; got {shapes}")
         if query.size(0) != key.size(0):
-            raise ValueError(f"query and key must have the same batch size; got {shapes}")
+            raise ValueError(f"query and key must have the same batch size; "
+                             f"got {shapes}")
 
-    def _prepare_mask(self, attn_mask: Tensor | None, is_causal: bool, nq: int, nk: int,
-                      query: Tensor, align: str) -> tuple[Tensor | None, bool]:
-        """Check ``attn_mask``; fold ``is_causal`` (aligned as ``align``) and ALiBi into it.
+    def _prepare_mask(self, attn_mask: Tensor | None, is_causal: bool,
+                      nq: int, nk: int, query: Tensor,
+                      align: str) -> tuple[Tensor | None, bool]:
+        """Check ``attn_mask``; fold ``is_causal`` (aligned as ``align``) and
+        ALiBi into it.
 
-        Returns the mask for the kernel and whether the kernel should apply its own
-        (top-left) causal mask, its fastest way, instead.
+        Returns the mask for the kernel and whether the kernel should apply its
+        own (top-left) causal mask, its fastest way, instead.
         """
         if attn_mask is not None:
-            if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
-                raise ValueError(f"attn_mask must be bool (True = allowed) or float (added to "
-                                 f"the scores); got dtype {attn_mask.dtype}")
+            if (attn_mask.dtype != torch.bool
+                    and not attn_mask.is_floating_point()):
+                raise ValueError(
+                    f"attn_mask must be bool (True = allowed) or float "
+                    f"(added to the scores); got dtype {attn_mask.dtype}"
+                )
             target = (query.size(0), self.num_heads, nq, nk)
             try:
                 if attn_mask.dim() > 4:
                     raise RuntimeError
                 torch.broadcast_shapes(attn_mask.shape, target)
             except RuntimeError:
-                raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} is not "
-                                 f"broadcastable to (B, num_heads, Nq, Nk) = {target}") from None
+                raise ValueError(
+                    f"attn_mask of shape {tuple(attn_mask.shape)} is not "
+                    f"broadcastable to (B, num_heads, Nq, Nk) = {target}"
+                ) from None
             if attn_mask.is_floating_point():
                 attn_mask = attn_mask.to(query.dtype)
         if self.positional == "alibi":
-            bias = alibi_bias(self.num_heads, nq, nk, causal=is_causal, align=align,
-                              device=query.device).to(query.dtype)
+            bias = alibi_bias(self.num_heads, nq, nk, causal=is_causal,
+                              align=align, device=query.device).to(query.dtype)
             return _add_to_bias(bias, attn_mask), False
         if not is_causal:
             return attn_mask, False
@@ -278,8 +335,8 @@ class MultiHeadAttention(nn.Module):
 
 
 def _add_to_bias(bias: Tensor, mask: Tensor | None) -> Tensor:
-    """A float ``bias`` combined with ``mask``: ``-inf`` where a bool mask is False, a float
-    mask added; shapes broadcast."""
+    """A float ``bias`` combined with ``mask``: ``-inf`` where a bool mask is
+    False, a float mask added; shapes broadcast."""
     if mask is None:
         return bias
     if mask.dtype == torch.bool:

@@ -1,9 +1,10 @@
-"""Figures shared by every chapter: attention heatmaps, loss curves, CJK-aware labels.
+"""Figures shared by every chapter: attention heatmaps, loss curves,
+CJK-aware labels.
 
-The course's seed material is Chinese, so token labels are often Chinese. Matplotlib
-draws them only with a CJK font; :func:`cjk_font_name` finds one if the machine has
-one, and :func:`safe_labels` falls back to position labels (``#0``, ``#1``, ...)
-instead of drawing empty boxes when it has none.
+The course's seed material is Chinese, so token labels are often Chinese.
+Matplotlib draws them only with a CJK font; :func:`cjk_font_name` finds one if
+the machine has one, and :func:`safe_labels` falls back to position labels
+(``#0``, ``#1``, ...) instead of drawing empty boxes when it has none.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ _CJK_RE = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef]")
 def cjk_font_name() -> str | None:
     """Name of an installed font that has Chinese glyphs, or ``None``.
 
-    When one is found it is added to matplotlib's sans-serif fallback list, so that
-    labels mixing Latin and Chinese text render without empty boxes.
+    When one is found it is added to matplotlib's sans-serif fallback list, so
+    that labels mixing Latin and Chinese text render without empty boxes.
     """
     installed = {f.name for f in font_manager.fontManager.ttflist}
     for family in _CJK_FAMILIES:
@@ -56,7 +57,8 @@ def cjk_font_name() -> str | None:
 
 
 def _add_fallback_font(family: str) -> None:
-    """Let matplotlib fall back to ``family`` for glyphs its default font lacks."""
+    """Let matplotlib fall back to ``family`` for glyphs its default
+    font lacks."""
     families = list(plt.rcParams["font.family"])
     if family not in families:
         plt.rcParams["font.family"] = [*families, family]
@@ -73,9 +75,9 @@ def has_cjk(text: str) -> bool:
 def safe_labels(labels: Sequence[str] | None) -> list[str] | None:
     """Labels that this machine can draw.
 
-    Labels are returned unchanged unless some hold CJK characters and no CJK font is
-    installed; then every label becomes its position (``#0``, ``#1``, ...), and a single
-    log message says why.
+    Labels are returned unchanged unless some hold CJK characters and no CJK
+    font is installed; then every label becomes its position (``#0``, ``#1``,
+    ...), and a single log message says why.
     """
     if labels is None:
         return None
@@ -89,13 +91,15 @@ def safe_labels(labels: Sequence[str] | None) -> list[str] | None:
 @functools.lru_cache(maxsize=1)
 def _warn_no_cjk_font() -> None:
     logger.info(
-        "No CJK font found: Chinese labels are shown as positions (#0, #1, ...). "
-        "Install one (e.g. Debian's fonts-noto-cjk) to see the words."
+        "No CJK font found: Chinese labels are shown as positions "
+        "(#0, #1, ...). Install one (e.g. Debian's fonts-noto-cjk) to see "
+        "the words."
     )
 
 
 def safe_text(text: str, fallback: str = "") -> str:
-    """``text`` if it can be drawn here, else ``fallback`` (for titles and captions)."""
+    """``text`` if it can be drawn here, else ``fallback``
+    (for titles and captions)."""
     if has_cjk(text) and cjk_font_name() is None:
         _warn_no_cjk_font()
         return fallback
@@ -126,11 +130,12 @@ def show_heatmaps(
 ) -> Figure:
     """Draw attention weights as heatmaps and return the figure.
 
-    ``weights`` is ``(Nq, Nk)`` for one map, ``(n, Nq, Nk)`` for a row of maps (for
-    example one per head) or ``(rows, cols, Nq, Nk)`` for a grid (for example layers x
-    heads). Queries run down the rows, keys along the columns. ``xlabels`` and
-    ``ylabels`` name the keys and queries (tokens, say); ``annotate`` writes each
-    weight in its cell. All panels share one colour scale and one colour bar.
+    ``weights`` is ``(Nq, Nk)`` for one map, ``(n, Nq, Nk)`` for a row of maps
+    (for example one per head) or ``(rows, cols, Nq, Nk)`` for a grid (for
+    example layers x heads). Queries run down the rows, keys along the columns.
+    ``xlabels`` and ``ylabels`` name the keys and queries (tokens, say);
+    ``annotate`` writes each weight in its cell. All panels share one colour
+    scale and one colour bar.
     """
     w = _as_numpy(weights)
     if w.ndim == 2:
@@ -144,11 +149,19 @@ def show_heatmaps(
         )
     rows, cols, nq, nk = w.shape
     if xlabels is not None and len(xlabels) != nk:
-        raise ValueError(f"xlabels has {len(xlabels)} entries but weights have Nk={nk} keys")
+        raise ValueError(
+            f"xlabels has {len(xlabels)} entries but weights have "
+            f"Nk={nk} keys"
+        )
     if ylabels is not None and len(ylabels) != nq:
-        raise ValueError(f"ylabels has {len(ylabels)} entries but weights have Nq={nq} queries")
+        raise ValueError(
+            f"ylabels has {len(ylabels)} entries but weights have "
+            f"Nq={nq} queries"
+        )
     if titles is not None and len(titles) != rows * cols:
-        raise ValueError(f"titles has {len(titles)} entries for {rows * cols} panels")
+        raise ValueError(
+            f"titles has {len(titles)} entries for {rows * cols} panels"
+        )
     xl, yl = safe_labels(xlabels), safe_labels(ylabels)
     vmax = float(w.max()) if vmax is None else vmax
     aspect = min(max(nq / max(nk, 1), 0.5), 1.5)
@@ -168,9 +181,11 @@ def show_heatmaps(
         for r in range(rows):
             for c in range(cols):
                 ax = axes[r, c]
-                image = ax.imshow(w[r, c], cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+                image = ax.imshow(w[r, c], cmap=cmap, vmin=vmin, vmax=vmax,
+                                  aspect="auto")
                 if xl is not None:
-                    ax.set_xticks(range(nk), xl, rotation=90 if max(map(len, xl)) > 3 else 0)
+                    ax.set_xticks(range(nk), xl,
+                                  rotation=90 if max(map(len, xl)) > 3 else 0)
                 if yl is not None:
                     ax.set_yticks(range(nq), yl)
                 if r == rows - 1:
@@ -178,13 +193,15 @@ def show_heatmaps(
                 if c == 0:
                     ax.set_ylabel(ylabel)
                 if titles is not None:
-                    ax.set_title(safe_text(titles[r * cols + c], f"panel {r * cols + c}"))
+                    ax.set_title(safe_text(titles[r * cols + c],
+                                           f"panel {r * cols + c}"))
                 if annotate:
                     for i in range(nq):
                         for j in range(nk):
                             value = w[r, c, i, j]
                             dark = value > 0.6 * (vmax if vmax else 1.0)
-                            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                            ax.text(j, i, f"{value:.2f}", ha="center",
+                                    va="center", fontsize=7,
                                     color="white" if dark else "black")
         if suptitle:
             fig.suptitle(safe_text(suptitle))
@@ -202,9 +219,11 @@ def plot_losses(
     smooth: int = 1,
     title: str | None = None,
 ) -> Figure:
-    """Plot one or several loss histories (a list, or ``{name: list}``) and return the figure.
+    """Plot one or several loss histories (a list, or ``{name: list}``)
+    and return the figure.
 
-    ``smooth`` > 1 draws a running mean over that many steps beside the raw curve.
+    ``smooth`` > 1 draws a running mean over that many steps beside the raw
+    curve.
     """
     if not isinstance(histories, dict):
         histories = {"loss": histories}
@@ -214,7 +233,8 @@ def plot_losses(
         if smooth > 1 and len(y) >= smooth:
             line = ax.plot(y, alpha=0.3)[0]
             kernel = np.ones(smooth) / smooth
-            ax.plot(np.arange(smooth - 1, len(y)), np.convolve(y, kernel, mode="valid"),
+            ax.plot(np.arange(smooth - 1, len(y)),
+                    np.convolve(y, kernel, mode="valid"),
                     color=line.get_color(), label=name)
         else:
             ax.plot(y, label=name)

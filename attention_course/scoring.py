@@ -1,19 +1,22 @@
 """Chapter 2: attention scoring functions, and soft vs. hard attention.
 
-A scoring function ``a(q, k)`` says how well a key matches a query; a softmax then turns
-the scores of one query into attention weights. Every function and module here maps
-queries ``q (B, Nq, dq)`` and keys ``k (B, Nk, dk)`` to scores ``(B, Nq, Nk)``:
+A scoring function ``a(q, k)`` says how well a key matches a query; a softmax
+then turns the scores of one query into attention weights. Every function and
+module here maps queries ``q (B, Nq, dq)`` and keys ``k (B, Nk, dk)`` to scores
+``(B, Nq, Nk)``:
 
 - ``dot_score``: ``q . k`` (Luong et al. 2015), needs ``dq == dk``;
 - ``scaled_dot_score``: ``q . k / sqrt(d)`` (Vaswani et al. 2017);
 - ``cosine_score``: ``q . k / (|q| |k|)``, in ``[-1, 1]``;
-- ``AdditiveScore``: ``w_v^T tanh(W_q q + W_k k)`` (Bahdanau et al. 2015), any ``dq, dk``;
+- ``AdditiveScore``: ``w_v^T tanh(W_q q + W_k k)`` (Bahdanau et al. 2015), any
+  ``dq, dk``;
 - ``BilinearScore``: ``q^T W k``, Luong's "general" score, any ``dq, dk``;
 - ``MLPScore``: a small network on the concatenation ``[q; k]``.
 
-Hard attention picks the single best value (``hard_attention_weights``), which has no
-useful gradient; the Gumbel-softmax (Jang et al. 2017, Maddison et al. 2017) is a
-differentiable relaxation of that choice (``gumbel_softmax_weights``).
+Hard attention picks the single best value (``hard_attention_weights``), which
+has no useful gradient; the Gumbel-softmax (Jang et al. 2017,
+Maddison et al. 2017) is a differentiable relaxation of that choice
+(``gumbel_softmax_weights``).
 """
 
 from __future__ import annotations
@@ -26,55 +29,74 @@ from torch import nn
 
 
 def _check_qk(q: torch.Tensor, k: torch.Tensor, same_dim: bool = True) -> None:
-    """``q (B, Nq, dq)`` and ``k (B, Nk, dk)``; ``dq == dk`` when ``same_dim``."""
+    """``q (B, Nq, dq)`` and ``k (B, Nk, dk)``; ``dq == dk`` when
+    ``same_dim``."""
     shapes = f"q {tuple(q.shape)} and k {tuple(k.shape)}"
     if q.dim() != 3 or k.dim() != 3:
-        raise ValueError(f"q and k must have shapes (B, Nq, d) and (B, Nk, d); got {shapes}")
+        raise ValueError(
+            f"q and k must have shapes (B, Nq, d) and (B, Nk, d); got {shapes}"
+        )
     if q.shape[0] != k.shape[0]:
-        raise ValueError(f"q and k must have the same batch size B; got {shapes}")
+        raise ValueError(
+            f"q and k must have the same batch size B; got {shapes}"
+        )
     if same_dim and q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"this score needs q and k of the same size d; got {shapes}")
+        raise ValueError(
+            f"this score needs q and k of the same size d; got {shapes}"
+        )
 
 
 def dot_score(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``a(q, k) = q . k``: ``q (B, Nq, d)``, ``k (B, Nk, d)`` -> ``(B, Nq, Nk)``."""
+    """``a(q, k) = q . k``: ``q (B, Nq, d)``, ``k (B, Nk, d)`` ->
+    ``(B, Nq, Nk)``."""
     _check_qk(q, k)
     return q @ k.transpose(1, 2)
 
 
 def scaled_dot_score(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``a(q, k) = q . k / sqrt(d)``: ``q (B, Nq, d)``, ``k (B, Nk, d)`` -> ``(B, Nq, Nk)``.
+    """``a(q, k) = q . k / sqrt(d)``: ``q (B, Nq, d)``, ``k (B, Nk, d)`` ->
+    ``(B, Nq, Nk)``.
 
-    If the entries of ``q`` and ``k`` are independent with mean 0 and variance 1, then
-    ``q . k`` has variance ``d``; dividing by ``sqrt(d)`` brings it back to 1.
+    If the entries of ``q`` and ``k`` are independent with mean 0 and
+    variance 1, then ``q . k`` has variance ``d``; dividing by ``sqrt(d)``
+    brings it back to 1.
     """
     return dot_score(q, k) / math.sqrt(q.shape[-1])
 
 
-def cosine_score(q: torch.Tensor, k: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """``a(q, k) = q . k / (|q| |k|)`` in ``[-1, 1]``: ``(B, Nq, d), (B, Nk, d) -> (B, Nq, Nk)``.
+def cosine_score(
+    q: torch.Tensor, k: torch.Tensor, eps: float = 1e-8
+) -> torch.Tensor:
+    """``a(q, k) = q . k / (|q| |k|)`` in ``[-1, 1]``:
+    ``(B, Nq, d), (B, Nk, d) -> (B, Nq, Nk)``.
 
-    Only directions count, not lengths; a zero vector (norm below ``eps``) scores 0.
+    Only directions count, not lengths; a zero vector (norm below ``eps``)
+    scores 0.
     """
     _check_qk(q, k)
-    return F.normalize(q, dim=-1, eps=eps) @ F.normalize(k, dim=-1, eps=eps).transpose(1, 2)
+    return (
+        F.normalize(q, dim=-1, eps=eps)
+        @ F.normalize(k, dim=-1, eps=eps).transpose(1, 2)
+    )
 
 
 def _check_dims(module: nn.Module, q: torch.Tensor, k: torch.Tensor) -> None:
     _check_qk(q, k, same_dim=False)
     if q.shape[-1] != module.query_dim or k.shape[-1] != module.key_dim:
         raise ValueError(
-            f"{type(module).__name__} expects q (B, Nq, {module.query_dim}) and "
-            f"k (B, Nk, {module.key_dim}); got q {tuple(q.shape)} and k {tuple(k.shape)}"
+            f"{type(module).__name__} expects q (B, Nq, {module.query_dim}) "
+            f"and k (B, Nk, {module.key_dim}); got q {tuple(q.shape)} and "
+            f"k {tuple(k.shape)}"
         )
 
 
 class AdditiveScore(nn.Module):
     """Additive (Bahdanau) score ``a(q, k) = w_v^T tanh(W_q q + W_k k)``.
 
-    ``W_q`` is ``(hidden_dim, query_dim)``, ``W_k`` is ``(hidden_dim, key_dim)`` and
-    ``w_v`` is ``(hidden_dim,)``, so queries and keys may have different sizes.
-    ``forward(q (B, Nq, query_dim), k (B, Nk, key_dim))`` -> ``(B, Nq, Nk)``.
+    ``W_q`` is ``(hidden_dim, query_dim)``, ``W_k`` is ``(hidden_dim, key_dim)``
+    and ``w_v`` is ``(hidden_dim,)``, so queries and keys may have different
+    sizes. ``forward(q (B, Nq, query_dim), k (B, Nk, key_dim))`` ->
+    ``(B, Nq, Nk)``.
     """
 
     def __init__(self, query_dim: int, key_dim: int, hidden_dim: int) -> None:
@@ -86,15 +108,19 @@ class AdditiveScore(nn.Module):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         _check_dims(self, q, k)
-        # (B, Nq, 1, h) + (B, 1, Nk, h) -> (B, Nq, Nk, h): every query meets every key.
-        features = torch.tanh(self.W_q(q).unsqueeze(2) + self.W_k(k).unsqueeze(1))
+        # (B, Nq, 1, h) + (B, 1, Nk, h) -> (B, Nq, Nk, h): every query meets
+        # every key.
+        features = torch.tanh(
+            self.W_q(q).unsqueeze(2) + self.W_k(k).unsqueeze(1)
+        )
         return self.w_v(features).squeeze(-1)
 
 
 class BilinearScore(nn.Module):
     """Bilinear ("general", Luong et al. 2015) score ``a(q, k) = q^T W k``.
 
-    ``W`` is ``(query_dim, key_dim)``; with ``W`` not symmetric, ``a(x, y) != a(y, x)``.
+    ``W`` is ``(query_dim, key_dim)``; with ``W`` not symmetric,
+    ``a(x, y) != a(y, x)``.
     ``forward(q (B, Nq, query_dim), k (B, Nk, key_dim))`` -> ``(B, Nq, Nk)``.
     """
 
@@ -102,7 +128,8 @@ class BilinearScore(nn.Module):
         super().__init__()
         self.query_dim, self.key_dim = query_dim, key_dim
         self.W = nn.Parameter(torch.empty(query_dim, key_dim))
-        # Var(q^T W k) = sum_ij W_ij^2 for unit-variance q, k: start the scores at variance 1.
+        # Var(q^T W k) = sum_ij W_ij^2 for unit-variance q, k: start the scores
+        # at variance 1.
         nn.init.normal_(self.W, std=1.0 / math.sqrt(query_dim * key_dim))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -111,18 +138,21 @@ class BilinearScore(nn.Module):
 
 
 class MLPScore(nn.Module):
-    """A small network on the pair: ``a(q, k) = w_2^T relu(W_1 [q; k] + b_1) + b_2``.
+    """A small network on the pair:
+    ``a(q, k) = w_2^T relu(W_1 [q; k] + b_1) + b_2``.
 
     ``AdditiveScore`` is the same idea with ``tanh`` and no biases, since
-    ``W_1 [q; k] = W_q q + W_k k``. ``forward(q (B, Nq, query_dim), k (B, Nk, key_dim))``
-    -> ``(B, Nq, Nk)``.
+    ``W_1 [q; k] = W_q q + W_k k``.
+    ``forward(q (B, Nq, query_dim), k (B, Nk, key_dim))`` -> ``(B, Nq, Nk)``.
     """
 
     def __init__(self, query_dim: int, key_dim: int, hidden_dim: int) -> None:
         super().__init__()
         self.query_dim, self.key_dim = query_dim, key_dim
         self.net = nn.Sequential(
-            nn.Linear(query_dim + key_dim, hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, 1)
+            nn.Linear(query_dim + key_dim, hidden_dim),
+            nn.ReLU(),
+            nn.Linear(hidden_dim, 1),
         )
 
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -139,9 +169,11 @@ class MLPScore(nn.Module):
 
 
 def hard_attention_weights(scores: torch.Tensor) -> torch.Tensor:
-    """One-hot weights on the best-scoring key of each query: ``(..., Nk)`` -> ``(..., Nk)``.
+    """One-hot weights on the best-scoring key of each query: ``(..., Nk)`` ->
+    ``(..., Nk)``.
 
-    The argmax is piecewise constant in the scores, so no gradient flows back to them.
+    The argmax is piecewise constant in the scores, so no gradient flows back to
+    them.
     """
     return F.one_hot(scores.argmax(dim=-1), scores.shape[-1]).to(scores.dtype)
 
@@ -152,18 +184,22 @@ def gumbel_softmax_weights(
     hard: bool = False,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Gumbel-softmax sample ``softmax((scores + g) / temperature)``, ``g ~ Gumbel(0, 1)``.
+    """Gumbel-softmax sample ``softmax((scores + g) / temperature)``,
+    ``g ~ Gumbel(0, 1)``.
 
-    ``scores`` are logits ``(..., Nk)``. As the temperature goes to 0 the sample becomes
-    one-hot (hard attention on a random key, drawn with probabilities
-    ``softmax(scores)``); for any temperature > 0 it is differentiable. With ``hard=True``
-    the forward pass returns the one-hot argmax while the gradient is that of the soft
-    sample (the straight-through estimator). ``generator`` makes the noise reproducible.
+    ``scores`` are logits ``(..., Nk)``. As the temperature goes to 0 the sample
+    becomes one-hot (hard attention on a random key, drawn with probabilities
+    ``softmax(scores)``); for any temperature > 0 it is differentiable. With
+    ``hard=True`` the forward pass returns the one-hot argmax while the gradient
+    is that of the soft sample (the straight-through estimator). ``generator``
+    makes the noise reproducible.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     uniform = torch.rand(scores.shape, generator=generator, dtype=scores.dtype)
-    uniform = uniform.to(scores.device).clamp_min(torch.finfo(scores.dtype).tiny)
+    uniform = uniform.to(scores.device).clamp_min(
+        torch.finfo(scores.dtype).tiny
+    )
     gumbel = -torch.log(-torch.log(uniform))
     soft = torch.softmax((scores + gumbel) / temperature, dim=-1)
     if not hard:

@@ -1,25 +1,28 @@
 """Chapter 4: attention in encoder-decoder models (Bahdanau et al. 2015).
 
-A GRU encoder (Cho et al. 2014) reads the source sentence into states ``h_1 .. h_S``.
-Two decoders write the translation one word at a time:
+A GRU encoder (Cho et al. 2014) reads the source sentence into states
+``h_1 .. h_S``. Two decoders write the translation one word at a time:
 
-- :class:`FixedContextDecoder`, the "distracted" model (Sutskever et al. 2014; Cho et
-  al. 2014): the whole sentence is squeezed into one context vector ``c = h_S``, and every
-  output word sees that same ``c``.
-- :class:`AttentionDecoder` (Bahdanau et al. 2015): at step ``t`` the previous decoder
-  state ``s_{t-1}`` is the query, the encoder states are the keys and the values, and the
-  context ``c_t = sum_j a_tj h_j`` is new for every output word. The scores come from
-  :class:`attention_course.scoring.AdditiveScore`; padded source positions are masked by
+- :class:`FixedContextDecoder`, the "distracted" model (Sutskever et al. 2014;
+  Cho et al. 2014): the whole sentence is squeezed into one context vector
+  ``c = h_S``, and every output word sees that same ``c``.
+- :class:`AttentionDecoder` (Bahdanau et al. 2015): at step ``t`` the previous
+  decoder state ``s_{t-1}`` is the query, the encoder states are the keys and
+  the values, and the context ``c_t = sum_j a_tj h_j`` is new for every output
+  word. The scores come from :class:`attention_course.scoring.AdditiveScore`;
+  padded source positions are masked by
   :func:`attention_course.masking.masked_softmax`, so they get weight exactly 0.
 
-Both decoders predict the next word from ``[s_t; c_t]`` (with ``c_t = c`` for the fixed
-one), so the only difference between the two models is where the context comes from.
+Both decoders predict the next word from ``[s_t; c_t]`` (with ``c_t = c`` for
+the fixed one), so the only difference between the two models is where the
+context comes from.
 
-Shapes are batch first: ``src (B, S)`` with ``src_valid_lens (B,)``, ``tgt_in (B, T)``,
-logits ``(B, T, V)``, attention weights ``(B, T, S)``. Training is teacher forced
-(:func:`seq2seq_loss` feeds the true previous word); :func:`greedy_decode` feeds the model's
-own predictions and returns the attention weights of every step. :func:`corpus_bleu`
-(Papineni et al. 2002) and :func:`exact_match` score translations.
+Shapes are batch first: ``src (B, S)`` with ``src_valid_lens (B,)``,
+``tgt_in (B, T)``, logits ``(B, T, V)``, attention weights ``(B, T, S)``.
+Training is teacher forced (:func:`seq2seq_loss` feeds the true previous word);
+:func:`greedy_decode` feeds the model's own predictions and returns the
+attention weights of every step. :func:`corpus_bleu` (Papineni et al. 2002) and
+:func:`exact_match` score translations.
 """
 
 from __future__ import annotations
@@ -34,7 +37,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attention_course.data.translation import TranslationBatch, Vocab, collate, encode_source
+from attention_course.data.translation import (
+    TranslationBatch,
+    Vocab,
+    collate,
+    encode_source,
+)
 from attention_course.masking import masked_softmax
 from attention_course.scoring import AdditiveScore
 
@@ -49,52 +57,22 @@ def _check_source(src: torch.Tensor, src_valid_lens: torch.Tensor) -> None:
             f"src_valid_lens must have shape (B,) = ({src.shape[0]},) for src "
             f"{tuple(src.shape)}, got {tuple(src_valid_lens.shape)}"
         )
-    if src_valid_lens.numel() and (src_valid_lens.min() < 1 or src_valid_lens.max() > src.shape[1]):
+    if src_valid_lens.numel() and (
+        src_valid_lens.min() < 1 or src_valid_lens.max() > src.shape[1]
+    ):
         raise ValueError(
-            f"src_valid_lens must lie in [1, S={src.shape[1]}], got {src_valid_lens.tolist()}"
+            f"src_valid_lens must lie in [1, S={src.shape[1]}], "
+            f"got {src_valid_lens.tolist()}"
         )
 
 
 class Seq2SeqEncoder(nn.Module):
     """Embedding + GRU over the source; padding is skipped (packed sequences).
 
-    ``forward(src (B, S), src_valid_lens (B,))`` -> ``(outputs (B, S, H), state (L, B, H))``:
-    ``outputs[:, j]`` is ``h_j`` (zero at padded positions) and ``state`` holds each
-    layer's state after the last *real* token.
-    """
-
-    def __init__(
-        self,
-        vocab_size: int,
-        embed_dim: int,
-        hidden_dim: int,
-        num_layers: int = 1,
-        dropout: float = 0.0,
-        pad_id: int = 0,
-    ) -> None:
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
-        self.rnn = nn.GRU(embed_dim, hidden_dim, num_layers, batch_first=True, dropout=dropout)
-
-    def forward(
-        self, src: torch.Tensor, src_valid_lens: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        _check_source(src, src_valid_lens)
-        packed = pack_padded_sequence(
-            self.embedding(src), src_valid_lens.cpu(), batch_first=True, enforce_sorted=False
-        )
-        outputs, state = self.rnn(packed)
-        outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.shape[1])
-        return outputs, state
-
-
-class FixedContextDecoder(nn.Module):
-    """The "distracted" decoder: one context ``c = h_S`` for every output word.
-
-    ``c`` (the encoder's top-layer final state) is concatenated to the embedding of every
-    input word, and the decoder's GRU starts from the encoder's final state.
-    ``forward(tgt_in (B, T), state)`` -> ``(logits (B, T, V), state, None)``: there are no
-    attention weights.
+    ``forward(src (B, S), src_valid_lens (B,))`` ->
+    ``(outputs (B, S, H), state (L, B, H))``: ``outputs[:, j]`` is ``h_j`` (zero
+    at padded positions) and ``state`` holds each layer's state after the last
+    *real* token.
     """
 
     def __init__(
@@ -109,34 +87,83 @@ class FixedContextDecoder(nn.Module):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.rnn = nn.GRU(
-            embed_dim + hidden_dim, hidden_dim, num_layers, batch_first=True, dropout=dropout
+            embed_dim, hidden_dim, num_layers, batch_first=True, dropout=dropout
+        )
+
+    def forward(
+        self, src: torch.Tensor, src_valid_lens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        _check_source(src, src_valid_lens)
+        packed = pack_padded_sequence(
+            self.embedding(src), src_valid_lens.cpu(),
+            batch_first=True, enforce_sorted=False,
+        )
+        outputs, state = self.rnn(packed)
+        outputs, _ = pad_packed_sequence(
+            outputs, batch_first=True, total_length=src.shape[1]
+        )
+        return outputs, state
+
+
+class FixedContextDecoder(nn.Module):
+    """The "distracted" decoder: one context ``c = h_S`` for every output word.
+
+    ``c`` (the encoder's top-layer final state) is concatenated to the embedding
+    of every input word, and the decoder's GRU starts from the encoder's final
+    state. ``forward(tgt_in (B, T), state)`` ->
+    ``(logits (B, T, V), state, None)``: there are no attention weights.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_dim: int,
+        hidden_dim: int,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        pad_id: int = 0,
+    ) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
+        self.rnn = nn.GRU(
+            embed_dim + hidden_dim, hidden_dim, num_layers,
+            batch_first=True, dropout=dropout,
         )
         self.output = nn.Linear(2 * hidden_dim, vocab_size)
 
     def init_state(
-        self, enc_outputs: torch.Tensor, enc_state: torch.Tensor, src_valid_lens: torch.Tensor
+        self,
+        enc_outputs: torch.Tensor,
+        enc_state: torch.Tensor,
+        src_valid_lens: torch.Tensor,
     ) -> DecoderState:
-        """``(hidden (L, B, H), context (B, H))``: the context is the final encoder state."""
+        """``(hidden (L, B, H), context (B, H))``: the context is the final
+        encoder state."""
         return enc_state, enc_state[-1]
 
     def forward(
         self, tgt_in: torch.Tensor, state: DecoderState
     ) -> tuple[torch.Tensor, DecoderState, None]:
         hidden, context = state
-        c = context.unsqueeze(1).expand(-1, tgt_in.shape[1], -1)  # the same c at every step
-        outputs, hidden = self.rnn(torch.cat([self.embedding(tgt_in), c], dim=-1), hidden)
+        # the same c at every step
+        c = context.unsqueeze(1).expand(-1, tgt_in.shape[1], -1)
+        outputs, hidden = self.rnn(
+            torch.cat([self.embedding(tgt_in), c], dim=-1), hidden
+        )
         logits = self.output(torch.cat([outputs, c], dim=-1))
         return logits, (hidden, context), None
 
 
 class AttentionDecoder(nn.Module):
-    """Bahdanau's decoder: a new context ``c_t = sum_j a_tj h_j`` for every output word.
+    """Bahdanau's decoder: a new context ``c_t = sum_j a_tj h_j`` for every
+    output word.
 
-    At step ``t`` the query is ``s_{t-1}`` (the top layer's previous state), the keys and
-    values are the encoder outputs ``h_j``; ``a_t = masked_softmax(AdditiveScore(s_{t-1},
-    h))`` over the real source positions. ``[embedding(y_{t-1}); c_t]`` enters the GRU,
-    and the word is predicted from ``[s_t; c_t]``.
-    ``forward(tgt_in (B, T), state)`` -> ``(logits (B, T, V), state, weights (B, T, S))``.
+    At step ``t`` the query is ``s_{t-1}`` (the top layer's previous state), the
+    keys and values are the encoder outputs ``h_j``;
+    ``a_t = masked_softmax(AdditiveScore(s_{t-1}, h))`` over the real source
+    positions. ``[embedding(y_{t-1}); c_t]`` enters the GRU, and the word is
+    predicted from ``[s_t; c_t]``. ``forward(tgt_in (B, T), state)`` ->
+    ``(logits (B, T, V), state, weights (B, T, S))``.
     """
 
     def __init__(
@@ -152,18 +179,26 @@ class AttentionDecoder(nn.Module):
         self.attention_score = AdditiveScore(hidden_dim, hidden_dim, hidden_dim)
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.rnn = nn.GRU(
-            embed_dim + hidden_dim, hidden_dim, num_layers, batch_first=True, dropout=dropout
+            embed_dim + hidden_dim, hidden_dim, num_layers,
+            batch_first=True, dropout=dropout,
         )
         self.output = nn.Linear(2 * hidden_dim, vocab_size)
 
     def init_state(
-        self, enc_outputs: torch.Tensor, enc_state: torch.Tensor, src_valid_lens: torch.Tensor
+        self,
+        enc_outputs: torch.Tensor,
+        enc_state: torch.Tensor,
+        src_valid_lens: torch.Tensor,
     ) -> DecoderState:
-        """``(hidden (L, B, H), enc_outputs (B, S, H), src_valid_lens (B,))``."""
+        """``(hidden (L, B, H), enc_outputs (B, S, H), src_valid_lens (B,))``.
+        """
         return enc_state, enc_outputs, src_valid_lens
 
     def attend(
-        self, query: torch.Tensor, enc_outputs: torch.Tensor, src_valid_lens: torch.Tensor
+        self,
+        query: torch.Tensor,
+        enc_outputs: torch.Tensor,
+        src_valid_lens: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``query (B, 1, H)`` -> ``(context (B, 1, H), weights (B, 1, S))``."""
         scores = self.attention_score(query, enc_outputs)  # (B, 1, S)
@@ -184,35 +219,43 @@ class AttentionDecoder(nn.Module):
             outputs.append(torch.cat([out, context], dim=-1))
             all_weights.append(weights)
         logits = self.output(torch.cat(outputs, dim=1))
-        return logits, (hidden, enc_outputs, src_valid_lens), torch.cat(all_weights, dim=1)
+        return (logits, (hidden, enc_outputs, src_valid_lens),
+                torch.cat(all_weights, dim=1))
 
 
 class Seq2Seq(nn.Module):
     """An encoder and a decoder.
 
     ``forward(src (B, S), src_valid_lens (B,), tgt_in (B, T))`` ->
-    ``(logits (B, T, V), weights (B, T, S) or None)``, teacher forced: the decoder reads
-    the true previous words ``tgt_in``.
+    ``(logits (B, T, V), weights (B, T, S) or None)``, teacher forced: the
+    decoder reads the true previous words ``tgt_in``.
     """
 
     def __init__(self, encoder: Seq2SeqEncoder, decoder: nn.Module) -> None:
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
 
-    def start(self, src: torch.Tensor, src_valid_lens: torch.Tensor) -> DecoderState:
+    def start(
+        self, src: torch.Tensor, src_valid_lens: torch.Tensor
+    ) -> DecoderState:
         """Encode the source and return the decoder's first state."""
         enc_outputs, enc_state = self.encoder(src, src_valid_lens)
         return self.decoder.init_state(enc_outputs, enc_state, src_valid_lens)
 
     def forward(
-        self, src: torch.Tensor, src_valid_lens: torch.Tensor, tgt_in: torch.Tensor
+        self,
+        src: torch.Tensor,
+        src_valid_lens: torch.Tensor,
+        tgt_in: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
             raise ValueError(
-                f"tgt_in must have shape (B, T) with B = {src.shape[0]} as in src "
-                f"{tuple(src.shape)}, got {tuple(tgt_in.shape)}"
+                f"tgt_in must have shape (B, T) with B = {src.shape[0]} as in "
+                f"src {tuple(src.shape)}, got {tuple(tgt_in.shape)}"
             )
-        logits, _, weights = self.decoder(tgt_in, self.start(src, src_valid_lens))
+        logits, _, weights = self.decoder(
+            tgt_in, self.start(src, src_valid_lens)
+        )
         return logits, weights
 
 
@@ -226,39 +269,56 @@ def make_seq2seq(
     dropout: float = 0.0,
     pad_id: int = 0,
 ) -> Seq2Seq:
-    """A GRU encoder with an :class:`AttentionDecoder` or a :class:`FixedContextDecoder`."""
-    encoder = Seq2SeqEncoder(src_vocab_size, embed_dim, hidden_dim, num_layers, dropout, pad_id)
+    """A GRU encoder with an :class:`AttentionDecoder` or a
+    :class:`FixedContextDecoder`."""
+    encoder = Seq2SeqEncoder(
+        src_vocab_size, embed_dim, hidden_dim, num_layers, dropout, pad_id
+    )
     decoder_class = AttentionDecoder if attention else FixedContextDecoder
-    decoder = decoder_class(tgt_vocab_size, embed_dim, hidden_dim, num_layers, dropout, pad_id)
+    decoder = decoder_class(
+        tgt_vocab_size, embed_dim, hidden_dim, num_layers, dropout, pad_id
+    )
     return Seq2Seq(encoder, decoder)
 
 
 def sequence_loss(
     logits: torch.Tensor, tgt_out: torch.Tensor, tgt_valid_lens: torch.Tensor
 ) -> torch.Tensor:
-    """Cross-entropy averaged over the real target positions (padding does not count).
+    """Cross-entropy averaged over the real target positions (padding does not
+    count).
 
-    ``logits (B, T, V)``, ``tgt_out (B, T)``, ``tgt_valid_lens (B,)`` -> a scalar.
+    ``logits (B, T, V)``, ``tgt_out (B, T)``, ``tgt_valid_lens (B,)`` -> a
+    scalar.
     """
-    if logits.shape[:2] != tgt_out.shape or tgt_valid_lens.shape != tgt_out.shape[:1]:
+    if (
+        logits.shape[:2] != tgt_out.shape
+        or tgt_valid_lens.shape != tgt_out.shape[:1]
+    ):
         raise ValueError(
-            f"need logits (B, T, V), tgt_out (B, T) and tgt_valid_lens (B,); got "
-            f"{tuple(logits.shape)}, {tuple(tgt_out.shape)} and {tuple(tgt_valid_lens.shape)}"
+            f"need logits (B, T, V), tgt_out (B, T) and tgt_valid_lens (B,); "
+            f"got {tuple(logits.shape)}, {tuple(tgt_out.shape)} and "
+            f"{tuple(tgt_valid_lens.shape)}"
         )
-    per_token = F.cross_entropy(logits.transpose(1, 2), tgt_out, reduction="none")  # (B, T)
-    real = torch.arange(tgt_out.shape[1], device=tgt_out.device) < tgt_valid_lens[:, None]
+    per_token = F.cross_entropy(logits.transpose(1, 2), tgt_out,
+                                reduction="none")  # (B, T)
+    real = (
+        torch.arange(tgt_out.shape[1], device=tgt_out.device)
+        < tgt_valid_lens[:, None]
+    )
     return (per_token * real).sum() / real.sum()
 
 
 def seq2seq_loss(model: Seq2Seq, batch: TranslationBatch) -> torch.Tensor:
-    """Teacher-forced loss of one batch; the ``loss_fn`` for :func:`training.train`."""
+    """Teacher-forced loss of one batch; the ``loss_fn`` for
+    :func:`training.train`."""
     logits, _ = model(batch.src, batch.src_valid_lens, batch.tgt_in)
     return sequence_loss(logits, batch.tgt_out, batch.tgt_valid_lens)
 
 
 class Decoded(NamedTuple):
-    """Greedy output: ``ids (B, T)`` (after ``<bos>``; rows may run past ``<eos>``) and the
-    attention weights ``(B, T, S)`` of each step (``None`` for the fixed-context model)."""
+    """Greedy output: ``ids (B, T)`` (after ``<bos>``; rows may run past
+    ``<eos>``) and the attention weights ``(B, T, S)`` of each step (``None``
+    for the fixed-context model)."""
 
     ids: torch.Tensor
     weights: torch.Tensor | None
@@ -273,7 +333,8 @@ def greedy_decode(
     eos_id: int,
     max_len: int = 30,
 ) -> Decoded:
-    """Translate a batch, feeding back the most likely word, for at most ``max_len`` steps.
+    """Translate a batch, feeding back the most likely word, for at most
+    ``max_len`` steps.
 
     Stops early once every row has produced ``<eos>``.
     """
@@ -282,7 +343,9 @@ def greedy_decode(
     was_training = model.training
     model.eval()
     state = model.start(src, src_valid_lens)
-    y = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+    y = torch.full(
+        (src.shape[0], 1), bos_id, dtype=torch.long, device=src.device
+    )
     ids, weights = [], []
     finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
     for _ in range(max_len):
@@ -295,12 +358,15 @@ def greedy_decode(
         if finished.all():
             break
     model.train(was_training)
-    return Decoded(torch.cat(ids, dim=1), torch.cat(weights, dim=1) if weights else None)
+    return Decoded(
+        torch.cat(ids, dim=1), torch.cat(weights, dim=1) if weights else None
+    )
 
 
 class Translation(NamedTuple):
-    """One sentence's translation and its alignment ``weights (T_out + 1, S + 1)`` (rows:
-    the output words and ``<eos>``; columns: the source words and ``<eos>``), or ``None``."""
+    """One sentence's translation and its alignment
+    ``weights (T_out + 1, S + 1)`` (rows: the output words and ``<eos>``;
+    columns: the source words and ``<eos>``), or ``None``."""
 
     tokens: list[str]
     weights: torch.Tensor | None
@@ -313,15 +379,20 @@ def translate(
     tgt_vocab: Vocab,
     max_len: int = 30,
 ) -> Translation:
-    """Greedy translation of one tokenised sentence, with its attention weights."""
+    """Greedy translation of one tokenised sentence, with its attention
+    weights."""
     device = next(model.parameters()).device
     ids = torch.tensor([encode_source(src_tokens, src_vocab)], device=device)
     lens = torch.tensor([ids.shape[1]], device=device)
-    decoded = greedy_decode(model, ids, lens, tgt_vocab.bos_id, tgt_vocab.eos_id, max_len)
+    decoded = greedy_decode(
+        model, ids, lens, tgt_vocab.bos_id, tgt_vocab.eos_id, max_len
+    )
     tokens = tgt_vocab.decode(decoded.ids[0])
     weights = None
     if decoded.weights is not None:
-        weights = decoded.weights[0, : min(len(tokens) + 1, decoded.weights.shape[1])].cpu()
+        weights = decoded.weights[
+            0, : min(len(tokens) + 1, decoded.weights.shape[1])
+        ].cpu()
     return Translation(tokens, weights)
 
 
@@ -350,9 +421,9 @@ def translate_pairs(
     return out
 
 
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------
 # Scores
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------
 
 
 def ngram_counts(tokens: Sequence[str], n: int) -> Counter[tuple[str, ...]]:
@@ -363,26 +434,31 @@ def ngram_counts(tokens: Sequence[str], n: int) -> Counter[tuple[str, ...]]:
 def modified_precision(
     candidate: Sequence[str], reference: Sequence[str], n: int
 ) -> tuple[int, int]:
-    """``(clipped matches, candidate n-grams)``: each candidate ``n``-gram counts at most as
-    often as it occurs in the reference (Papineni et al. 2002)."""
+    """``(clipped matches, candidate n-grams)``: each candidate ``n``-gram
+    counts at most as often as it occurs in the reference
+    (Papineni et al. 2002)."""
     cand, ref = ngram_counts(candidate, n), ngram_counts(reference, n)
     clipped = sum(min(count, ref[gram]) for gram, count in cand.items())
     return clipped, sum(cand.values())
 
 
 def corpus_bleu(
-    candidates: Sequence[Sequence[str]], references: Sequence[Sequence[str]], max_n: int = 4
+    candidates: Sequence[Sequence[str]],
+    references: Sequence[Sequence[str]],
+    max_n: int = 4,
 ) -> float:
     """Corpus BLEU with one reference per sentence, in ``[0, 1]``.
 
-    ``BP * exp(mean_n log p_n)`` for ``n = 1..max_n``, where ``p_n`` sums clipped
-    ``n``-gram matches and candidate ``n``-grams over the whole corpus, and the brevity
-    penalty is ``BP = exp(min(0, 1 - r / c))`` for total reference length ``r`` and total
-    candidate length ``c``. Without smoothing: if some ``p_n`` is 0 the score is 0.
+    ``BP * exp(mean_n log p_n)`` for ``n = 1..max_n``, where ``p_n`` sums
+    clipped ``n``-gram matches and candidate ``n``-grams over the whole corpus,
+    and the brevity penalty is ``BP = exp(min(0, 1 - r / c))`` for total
+    reference length ``r`` and total candidate length ``c``. Without smoothing:
+    if some ``p_n`` is 0 the score is 0.
     """
     if len(candidates) != len(references):
         raise ValueError(
-            f"need as many candidates as references, got {len(candidates)} and {len(references)}"
+            f"need as many candidates as references, got {len(candidates)} "
+            f"and {len(references)}"
         )
     if max_n < 1:
         raise ValueError(f"max_n must be at least 1, got {max_n}")
@@ -400,21 +476,25 @@ def corpus_bleu(
     return math.exp(min(0.0, 1 - r / c) + log_precision)
 
 
-def sentence_bleu(candidate: Sequence[str], reference: Sequence[str], max_n: int = 4) -> float:
+def sentence_bleu(
+    candidate: Sequence[str], reference: Sequence[str], max_n: int = 4
+) -> float:
     """BLEU of one sentence: :func:`corpus_bleu` of a one-sentence corpus."""
     return corpus_bleu([candidate], [reference], max_n)
 
 
-def exact_match(candidates: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> float:
+def exact_match(
+    candidates: Sequence[Sequence[str]], references: Sequence[Sequence[str]]
+) -> float:
     """Fraction of candidates equal to their reference, word for word."""
     if len(candidates) != len(references) or not candidates:
         raise ValueError(
-            f"need as many candidates as references (at least one), got {len(candidates)} "
-            f"and {len(references)}"
+            f"need as many candidates as references (at least one), "
+            f"got {len(candidates)} and {len(references)}"
         )
-    return sum(list(c) == list(r) for c, r in zip(candidates, references, strict=True)) / len(
-        candidates
-    )
+    return sum(
+        list(c) == list(r) for c, r in zip(candidates, references, strict=True)
+    ) / len(candidates)
 
 
 def scores_by_length(
@@ -422,14 +502,19 @@ def scores_by_length(
     predictions: Sequence[Sequence[str]],
     buckets: Sequence[tuple[int, int]] = ((3, 6), (7, 10), (11, 14), (15, 20)),
 ) -> list[dict[str, float | int | str]]:
-    """Exact match and BLEU for source-length buckets ``(lo, hi)`` (inclusive), then all.
+    """Exact match and BLEU for source-length buckets ``(lo, hi)`` (inclusive),
+    then all.
 
     Returns one dict per row: ``{"length", "n", "exact_match", "bleu"}``.
     """
     if len(pairs) != len(predictions):
-        raise ValueError(f"got {len(pairs)} pairs but {len(predictions)} predictions")
+        raise ValueError(
+            f"got {len(pairs)} pairs but {len(predictions)} predictions"
+        )
     rows = []
-    named = [(f"{lo}-{hi}", lo, hi) for lo, hi in buckets] + [("all", 0, math.inf)]
+    named = [(f"{lo}-{hi}", lo, hi) for lo, hi in buckets] + [
+        ("all", 0, math.inf)
+    ]
     for name, lo, hi in named:
         chosen = [i for i, (src, _) in enumerate(pairs) if lo <= len(src) <= hi]
         if not chosen:
@@ -447,12 +532,17 @@ def scores_by_length(
     return rows
 
 
-def format_table(rows: Sequence[dict[str, float | int | str]], title: str = "") -> str:
+def format_table(
+    rows: Sequence[dict[str, float | int | str]], title: str = ""
+) -> str:
     """The rows of :func:`scores_by_length` as a small text table."""
     lines = [title] if title else []
-    lines.append(f"{'source length':>13} {'n':>5} {'exact match':>12} {'BLEU':>6}")
+    lines.append(
+        f"{'source length':>13} {'n':>5} {'exact match':>12} {'BLEU':>6}"
+    )
     for row in rows:
         lines.append(
-            f"{row['length']:>13} {row['n']:>5} {row['exact_match']:>12.1%} {row['bleu']:>6.3f}"
+            f"{row['length']:>13} {row['n']:>5} "
+            f"{row['exact_match']:>12.1%} {row['bleu']:>6.3f}"
         )
     return "\n".join(lines)

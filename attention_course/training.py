@@ -23,7 +23,8 @@ def to_device(batch: Batch, device: torch.device | str) -> Batch:
         return {key: to_device(value, device) for key, value in batch.items()}
     if isinstance(batch, (list, tuple)):
         moved = [to_device(value, device) for value in batch]
-        return type(batch)(moved) if not hasattr(batch, "_fields") else type(batch)(*moved)
+        return (type(batch)(moved) if not hasattr(batch, "_fields")
+                else type(batch)(*moved))
     return batch
 
 
@@ -44,16 +45,19 @@ def train(
 ) -> list[float]:
     """Train ``model`` and return the loss of every step.
 
-    ``loss_fn(model, batch)`` returns a scalar loss for one batch. ``data`` is an
-    iterable of batches, or a function returning a fresh one each epoch (for example a
-    shuffling loader). Training stops after ``epochs`` passes or ``max_steps`` steps,
-    whichever comes first. The optimiser defaults to Adam with learning rate ``lr``;
-    ``grad_clip`` clips the global gradient norm. A progress bar shows the running loss.
+    ``loss_fn(model, batch)`` returns a scalar loss for one batch. ``data`` is
+    an iterable of batches, or a function returning a fresh one each epoch (for
+    example a shuffling loader). Training stops after ``epochs`` passes or
+    ``max_steps`` steps, whichever comes first. The optimiser defaults to Adam
+    with learning rate ``lr``; ``grad_clip`` clips the global gradient norm. A
+    progress bar shows the running loss.
     """
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
     if max_steps is not None and max_steps < 1:
-        raise ValueError(f"max_steps must be at least 1 when given, got {max_steps}")
+        raise ValueError(
+            f"max_steps must be at least 1 when given, got {max_steps}"
+        )
     device = torch.device(device) if device is not None else get_device()
     model.to(device)
     model.train()
@@ -66,12 +70,15 @@ def train(
             batches = data() if callable(data) else data
             if epoch == 0 and hasattr(batches, "__len__"):
                 per_run = len(batches) * epochs
-                bar.total = min(per_run, max_steps) if max_steps is not None else per_run
+                bar.total = (min(per_run, max_steps)
+                             if max_steps is not None else per_run)
                 bar.refresh()
             for batch in batches:
                 loss = loss_fn(model, to_device(batch, device))
                 if not torch.isfinite(loss):
-                    raise FloatingPointError(f"loss became {loss.item()} at step {len(history)}")
+                    raise FloatingPointError(
+                        f"loss became {loss.item()} at step {len(history)}"
+                    )
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if grad_clip is not None:

@@ -1,7 +1,16 @@
-"""Data sets made in code (nothing is downloaded), one module per kind of data."""
+"""Data sets made in code (nothing is downloaded), one module per kind
+of data."""
 
-from attention_course.data.images import ObjectImages, load_digits_images, make_object_images
-from attention_course.data.regression import RegressionData, make_regression_data, true_function
+from attention_course.data.images import (
+    ObjectImages,
+    load_digits_images,
+    make_object_images,
+)
+from attention_course.data.regression import (
+    RegressionData,
+    make_regression_data,
+    true_function,
+)
 from attention_course.data.translation import (
     TranslationBatch,
     TranslationCorpus,

@@ -1,4 +1,5 @@
-"""Chapter 1's regression data: ``y = 2 sin(x) + x^0.8 + noise`` on ``[0, 5)``."""
+"""Chapter 1's regression data: ``y = 2 sin(x) + x^0.8 + noise`` on
+``[0, 5)``."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ def true_function(x: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class RegressionData:
-    """Training pairs (the keys and values) and held-out test pairs (queries and targets).
+    """Training pairs (the keys and values) and held-out test pairs
+    (queries and targets).
 
-    ``x_train`` and ``x_test`` are sorted ``(n,)`` tensors; ``y_*`` hold the noisy targets
-    and ``truth_test`` the noiseless curve at ``x_test``.
+    ``x_train`` and ``x_test`` are sorted ``(n,)`` tensors; ``y_*`` hold the
+    noisy targets and ``truth_test`` the noiseless curve at ``x_test``.
     """
 
     x_train: torch.Tensor
@@ -30,12 +32,15 @@ class RegressionData:
 def make_regression_data(
     n_train: int = 50, n_test: int = 50, noise: float = 0.5, seed: int = 0
 ) -> RegressionData:
-    """Draw training inputs uniformly from ``[0, 5)`` and evenly spaced test inputs.
+    """Draw training inputs uniformly from ``[0, 5)`` and evenly spaced
+    test inputs.
 
     Deterministic for a given ``seed``.
     """
     if n_train < 2 or n_test < 1:
-        raise ValueError(f"need n_train >= 2 and n_test >= 1, got {n_train} and {n_test}")
+        raise ValueError(
+            f"need n_train >= 2 and n_test >= 1, got {n_train} and {n_test}"
+        )
     if noise < 0:
         raise ValueError(f"noise must be non-negative, got {noise}")
     g = torch.Generator().manual_seed(seed)

@@ -1,53 +1,65 @@
-"""A small English -> Chinese parallel corpus, generated from a grammar (chapters 4-6).
+"""A small English -> Chinese parallel corpus, generated from a grammar
+(chapters 4-6).
 
 Nothing is downloaded: a tiny grammar writes English sentences and their Chinese
 translations, word by word, for example::
 
-    Tom chases Jerry                              ->  汤姆 追 杰瑞
-    Tom chased Jerry in the kitchen yesterday     ->  汤姆 昨天 在 厨房 追 了 杰瑞
-    the big cat will not help Spike with Lily     ->  大 猫 不 会 和 莉莉 一起 帮助 斯派克
+    Tom chases Jerry
+        ->  汤姆 追 杰瑞
+    Tom chased Jerry in the kitchen yesterday
+        ->  汤姆 昨天 在 厨房 追 了 杰瑞
+    the big cat will not help Spike with Lily
+        ->  大 猫 不 会 和 莉莉 一起 帮助 斯派克
 
-Chinese puts time words, negation, the future marker, "with X" (和 X 一起) and the place
-(在 ...) *before* the verb, where English puts them after the object, so the alignment
-between the two sentences is not just a diagonal. English articles (``the``) and
-auxiliaries (``does``) have no Chinese counterpart, and "living room" becomes one word,
-客厅. Every English sentence has exactly one translation.
+Chinese puts time words, negation, the future marker, "with X" (和 X 一起) and
+the place (在 ...) *before* the verb, where English puts them after the object,
+so the alignment between the two sentences is not just a diagonal. English
+articles (``the``) and auxiliaries (``does``) have no Chinese counterpart, and
+"living room" becomes one word, 客厅. Every English sentence has exactly one
+translation.
 
-Tokens are words (no punctuation); English is lower case except names. Sentences have 3
-to at most ``max_len`` (default 20) words on both sides.
+Tokens are words (no punctuation); English is lower case except names. Sentences
+have 3 to at most ``max_len`` (default 20) words on both sides.
 
 Public API
 ----------
-``make_translation_corpus(n_train=6000, n_val=500, n_test=1000, seed=0, max_len=20)``
+``make_translation_corpus(n_train=6000, n_val=500, n_test=1000, seed=0,
+max_len=20)``
     -> :class:`TranslationCorpus` with
 
-    * ``.train``, ``.val``, ``.test``: lists of ``(src_tokens, tgt_tokens)`` pairs (lists
-      of strings); no English sentence occurs in two splits; deterministic from ``seed``.
-    * ``.src_vocab``, ``.tgt_vocab``: :class:`Vocab` objects built from the training
-      split, with ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, ``<unk>`` = 3
-      (``pad_id``, ``bos_id``, ``eos_id``, ``unk_id``), ``encode(tokens) -> list[int]``,
-      ``decode(ids) -> list[str]`` (stops at ``<eos>``, drops ``<pad>``/``<bos>``) and
-      ``len(vocab)``.
+    * ``.train``, ``.val``, ``.test``: lists of ``(src_tokens, tgt_tokens)``
+      pairs (lists of strings); no English sentence occurs in two splits;
+      deterministic from ``seed``.
+    * ``.src_vocab``, ``.tgt_vocab``: :class:`Vocab` objects built from the
+      training split, with ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2,
+      ``<unk>`` = 3 (``pad_id``, ``bos_id``, ``eos_id``, ``unk_id``),
+      ``encode(tokens) -> list[int]``, ``decode(ids) -> list[str]`` (stops at
+      ``<eos>``, drops ``<pad>``/``<bos>``) and ``len(vocab)``.
     * ``.collate(pairs)`` -> :class:`TranslationBatch` and
-      ``.loader(split, batch_size=64, shuffle=True, seed=0)`` -> :class:`TranslationLoader`.
+      ``.loader(split, batch_size=64, shuffle=True, seed=0)`` ->
+      :class:`TranslationLoader`.
 
 :class:`TranslationBatch` is a named tuple of tensors (batch first):
 
-    * ``src (B, S)``: source ids followed by ``<eos>``, right-padded with ``<pad>``;
+    * ``src (B, S)``: source ids followed by ``<eos>``, right-padded with
+      ``<pad>``;
     * ``src_valid_lens (B,)``: number of real source tokens, ``<eos>`` included;
-    * ``tgt_in (B, T)``: the decoder's input, ``<bos>`` followed by the target ids;
-    * ``tgt_out (B, T)``: the decoder's target, the target ids followed by ``<eos>``
-      (``tgt_in`` shifted left by one);
-    * ``tgt_valid_lens (B,)``: number of real positions in ``tgt_in``/``tgt_out``.
+    * ``tgt_in (B, T)``: the decoder's input, ``<bos>`` followed by the target
+      ids;
+    * ``tgt_out (B, T)``: the decoder's target, the target ids followed by
+      ``<eos>`` (``tgt_in`` shifted left by one);
+    * ``tgt_valid_lens (B,)``: number of real positions in
+      ``tgt_in``/``tgt_out``.
 
-:class:`TranslationLoader` (``make_loader(pairs, src_vocab, tgt_vocab, batch_size=64,
-shuffle=True, seed=0)``) yields such batches and reshuffles at every pass, deterministically
-from its seed; it has a ``len()``, so it can be handed to
-:func:`attention_course.training.train` as ``data``.
+:class:`TranslationLoader` (``make_loader(pairs, src_vocab, tgt_vocab,
+batch_size=64, shuffle=True, seed=0)``) yields such batches and reshuffles at
+every pass, deterministically from its seed; it has a ``len()``, so it can be
+handed to :func:`attention_course.training.train` as ``data``.
 
 The grammar's parts are exposed too (:class:`NounPhrase`, :class:`Clause`,
-:func:`sample_clause`, the lexicon dictionaries), so a chapter can build a chosen sentence,
-e.g. ``Clause(NounPhrase("Tom"), "chase", NounPhrase("Jerry")).english()``.
+:func:`sample_clause`, the lexicon dictionaries), so a chapter can build a
+chosen sentence, e.g.
+``Clause(NounPhrase("Tom"), "chase", NounPhrase("Jerry")).english()``.
 """
 
 from __future__ import annotations
@@ -59,9 +71,9 @@ from typing import NamedTuple
 
 import torch
 
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------
 # Lexicon
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------
 
 NAMES: dict[str, str] = {
     "Tom": "汤姆",
@@ -89,7 +101,8 @@ ADJECTIVES: dict[str, str] = {
     "black": "黑",
     "white": "白",
 }
-# A noun takes at most one adjective of each group (no "big little" or "black white" cat)
+# A noun takes at most one adjective of each group
+# (no "big little" or "black white" cat)
 ADJECTIVE_GROUPS: tuple[tuple[str, ...], ...] = (
     ("lazy",),
     ("big", "little"),
@@ -140,16 +153,18 @@ SPECIALS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
 
 Pair = tuple[list[str], list[str]]
 
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------
 # Grammar
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class NounPhrase:
-    """A name (``Tom``) or ``the`` + adjectives + a noun (``the big black cat``).
+    """A name (``Tom``) or ``the`` + adjectives + a noun
+    (``the big black cat``).
 
-    Chinese drops the article and keeps the adjectives before the noun: 大 黑 猫.
+    Chinese drops the article and keeps the adjectives before the noun: 大 黑
+    猫.
     """
 
     head: str
@@ -159,13 +174,18 @@ class NounPhrase:
         if self.head not in NAMES and self.head not in NOUNS:
             raise ValueError(f"unknown noun or name {self.head!r}")
         if self.head in NAMES and self.adjectives:
-            raise ValueError(f"a name takes no adjectives, got {self.adjectives} on {self.head}")
+            raise ValueError(
+                f"a name takes no adjectives, got {self.adjectives} "
+                f"on {self.head}"
+            )
         for adjective in self.adjectives:
             if adjective not in ADJECTIVES:
                 raise ValueError(f"unknown adjective {adjective!r}")
         for group in ADJECTIVE_GROUPS:
             if len(set(group) & set(self.adjectives)) > 1:
-                raise ValueError(f"at most one of {group} per noun, got {self.adjectives}")
+                raise ValueError(
+                    f"at most one of {group} per noun, got {self.adjectives}"
+                )
 
     def english(self) -> list[str]:
         if self.head in NAMES:
@@ -180,11 +200,12 @@ class NounPhrase:
 
 @dataclass(frozen=True)
 class Clause:
-    """One sentence: subject, verb (tense, negation), object and optional adjuncts.
+    """One sentence: subject, verb (tense, negation), object and optional
+    adjuncts.
 
-    English order: subject, [does/did/will] [not], verb, object, [with X], [in the place],
-    [time]. Chinese order: subject, [time], [不/没有/会/不 会], [和 X 一起], [在 place],
-    verb, [了 in the affirmative past], object.
+    English order: subject, [does/did/will] [not], verb, object, [with X], [in
+    the place], [time]. Chinese order: subject, [time], [不/没有/会/不 会], [和
+    X 一起], [在 place], verb, [了 in the affirmative past], object.
     """
 
     subject: NounPhrase
@@ -201,22 +222,33 @@ class Clause:
         if self.verb not in VERBS:
             raise ValueError(f"unknown verb {self.verb!r}")
         if self.tense not in TENSES:
-            raise ValueError(f"tense must be one of {TENSES}, got {self.tense!r}")
+            raise ValueError(
+                f"tense must be one of {TENSES}, got {self.tense!r}"
+            )
         if self.place is None and self.place_adjective is not None:
             raise ValueError("place_adjective given without a place")
         if self.place is not None and self.place not in PLACES:
             raise ValueError(f"unknown place {self.place!r}")
-        if self.place_adjective is not None and self.place_adjective not in PLACE_ADJECTIVES:
-            raise ValueError(f"unknown place adjective {self.place_adjective!r}")
+        if (
+            self.place_adjective is not None
+            and self.place_adjective not in PLACE_ADJECTIVES
+        ):
+            raise ValueError(
+                f"unknown place adjective {self.place_adjective!r}"
+            )
         if self.time is not None and self.time not in TIMES[self.tense]:
-            raise ValueError(f"time {self.time!r} does not agree with tense {self.tense!r}")
+            raise ValueError(
+                f"time {self.time!r} does not agree with tense {self.tense!r}"
+            )
 
     def english(self) -> list[str]:
         present, past, _ = VERBS[self.verb]
         if self.tense == "future":
-            verb = ["will", "not", self.verb] if self.negated else ["will", self.verb]
+            verb = (["will", "not", self.verb] if self.negated
+                    else ["will", self.verb])
         elif self.negated:
-            verb = ["does" if self.tense == "present" else "did", "not", self.verb]
+            verb = ["does" if self.tense == "present" else "did", "not",
+                    self.verb]
         else:
             verb = [present if self.tense == "present" else past]
         words = [*self.subject.english(), *verb, *self.obj.english()]
@@ -237,7 +269,8 @@ class Clause:
         if self.companion is not None:
             words += ["和", *self.companion.chinese(), "一起"]
         if self.place is not None:
-            adjective = [ADJECTIVES[self.place_adjective]] if self.place_adjective else []
+            adjective = ([ADJECTIVES[self.place_adjective]]
+                         if self.place_adjective else [])
             words += ["在", *adjective, PLACES[self.place]]
         words.append(VERBS[self.verb][2])
         if self.tense == "past" and not self.negated:
@@ -262,7 +295,9 @@ def _sample_noun_phrase(
             phrase = NounPhrase(rng.choice(sorted(NAMES)))
         else:
             n_adjectives = sum(rng.random() < richness for _ in range(2))
-            groups = sorted(rng.sample(range(len(ADJECTIVE_GROUPS)), n_adjectives))
+            groups = sorted(
+                rng.sample(range(len(ADJECTIVE_GROUPS)), n_adjectives)
+            )
             adjectives = tuple(rng.choice(ADJECTIVE_GROUPS[g]) for g in groups)
             phrase = NounPhrase(rng.choice(sorted(NOUNS)), adjectives)
         if phrase.head not in heads:
@@ -272,8 +307,8 @@ def _sample_noun_phrase(
 def sample_clause(rng: random.Random) -> Clause:
     """Draw one sentence from the grammar; subject, object and companion differ.
 
-    A "richness" drawn uniformly from [0, 1) sets how likely each optional part is, so
-    that short and long sentences are both common.
+    A "richness" drawn uniformly from [0, 1) sets how likely each optional part
+    is, so that short and long sentences are both common.
     """
     richness = rng.random()
     subject = _sample_noun_phrase(rng, richness, ())
@@ -300,16 +335,17 @@ def sample_clause(rng: random.Random) -> Clause:
     )
 
 
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------
 # Vocabulary
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------
 
 
 class Vocab:
-    """Token <-> id mapping with ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, ``<unk>`` = 3.
+    """Token <-> id mapping with ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2,
+    ``<unk>`` = 3.
 
-    The other tokens follow in sorted order, so ids do not depend on the order the
-    sentences came in. Unknown tokens encode to ``unk_id``.
+    The other tokens follow in sorted order, so ids do not depend on the order
+    the sentences came in. Unknown tokens encode to ``unk_id``.
     """
 
     pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
@@ -317,7 +353,9 @@ class Vocab:
     def __init__(self, tokens: Iterable[str]) -> None:
         words = sorted(set(tokens) - set(SPECIALS))
         self.itos: list[str] = [*SPECIALS, *words]
-        self.stoi: dict[str, int] = {token: i for i, token in enumerate(self.itos)}
+        self.stoi: dict[str, int] = {
+            token: i for i, token in enumerate(self.itos)
+        }
 
     @classmethod
     def from_sentences(cls, sentences: Iterable[Sequence[str]]) -> Vocab:
@@ -334,7 +372,8 @@ class Vocab:
         return [self.stoi.get(token, self.unk_id) for token in tokens]
 
     def decode(self, ids: Iterable[int] | torch.Tensor) -> list[str]:
-        """Tokens of ``ids``, stopping at the first ``<eos>`` and dropping ``<pad>``/``<bos>``."""
+        """Tokens of ``ids``, stopping at the first ``<eos>`` and dropping
+        ``<pad>``/``<bos>``."""
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
         tokens = []
@@ -344,7 +383,9 @@ class Vocab:
             if i in (self.pad_id, self.bos_id):
                 continue
             if not 0 <= i < len(self.itos):
-                raise ValueError(f"id {i} is outside the vocabulary of size {len(self.itos)}")
+                raise ValueError(
+                    f"id {i} is outside the vocabulary of size {len(self.itos)}"
+                )
             tokens.append(self.itos[i])
         return tokens
 
@@ -352,9 +393,9 @@ class Vocab:
         return f"Vocab(size={len(self)})"
 
 
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------
 # Batching
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------
 
 
 class TranslationBatch(NamedTuple):
@@ -376,12 +417,16 @@ def _pad(rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
 
 
 def encode_source(tokens: Sequence[str], src_vocab: Vocab) -> list[int]:
-    """Source ids as the models see them: the words' ids followed by ``<eos>``."""
+    """Source ids as the models see them: the words' ids followed by
+    ``<eos>``."""
     return [*src_vocab.encode(tokens), src_vocab.eos_id]
 
 
-def collate(pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab) -> TranslationBatch:
-    """Encode and right-pad a list of ``(src_tokens, tgt_tokens)`` pairs into a batch."""
+def collate(
+    pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab
+) -> TranslationBatch:
+    """Encode and right-pad a list of ``(src_tokens, tgt_tokens)`` pairs
+    into a batch."""
     if len(pairs) == 0:
         raise ValueError("collate needs at least one pair, got an empty list")
     src = [encode_source(s, src_vocab) for s, _ in pairs]
@@ -398,7 +443,8 @@ def collate(pairs: Sequence[Pair], src_vocab: Vocab, tgt_vocab: Vocab) -> Transl
 
 
 class TranslationLoader:
-    """Batches of a list of pairs, reshuffled at every pass (deterministic from ``seed``)."""
+    """Batches of a list of pairs, reshuffled at every pass
+    (deterministic from ``seed``)."""
 
     def __init__(
         self,
@@ -412,7 +458,9 @@ class TranslationLoader:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if len(pairs) == 0:
-            raise ValueError("TranslationLoader needs at least one pair, got an empty list")
+            raise ValueError(
+                "TranslationLoader needs at least one pair, got an empty list"
+            )
         self.pairs = list(pairs)
         self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
         self.batch_size, self.shuffle = batch_size, shuffle
@@ -423,10 +471,13 @@ class TranslationLoader:
 
     def __iter__(self) -> Iterator[TranslationBatch]:
         n = len(self.pairs)
-        order = torch.randperm(n, generator=self._generator) if self.shuffle else torch.arange(n)
+        order = (torch.randperm(n, generator=self._generator)
+                 if self.shuffle else torch.arange(n))
         for start in range(0, n, self.batch_size):
             chunk = order[start : start + self.batch_size].tolist()
-            yield collate([self.pairs[i] for i in chunk], self.src_vocab, self.tgt_vocab)
+            yield collate(
+                [self.pairs[i] for i in chunk], self.src_vocab, self.tgt_vocab
+            )
 
 
 def make_loader(
@@ -438,17 +489,20 @@ def make_loader(
     seed: int = 0,
 ) -> TranslationLoader:
     """A :class:`TranslationLoader` over ``pairs``."""
-    return TranslationLoader(pairs, src_vocab, tgt_vocab, batch_size, shuffle, seed)
+    return TranslationLoader(
+        pairs, src_vocab, tgt_vocab, batch_size, shuffle, seed
+    )
 
 
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------
 # The corpus
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------
 
 
 @dataclass
 class TranslationCorpus:
-    """Train / validation / test pairs and the two vocabularies (built from ``train``)."""
+    """Train / validation / test pairs and the two vocabularies (built from
+    ``train``)."""
 
     train: list[Pair]
     val: list[Pair]
@@ -458,31 +512,45 @@ class TranslationCorpus:
 
     def split(self, name: str) -> list[Pair]:
         if name not in ("train", "val", "test"):
-            raise ValueError(f"split must be 'train', 'val' or 'test', got {name!r}")
+            raise ValueError(
+                f"split must be 'train', 'val' or 'test', got {name!r}"
+            )
         return getattr(self, name)
 
     def collate(self, pairs: Sequence[Pair]) -> TranslationBatch:
         return collate(pairs, self.src_vocab, self.tgt_vocab)
 
     def loader(
-        self, split: str = "train", batch_size: int = 64, shuffle: bool = True, seed: int = 0
+        self,
+        split: str = "train",
+        batch_size: int = 64,
+        shuffle: bool = True,
+        seed: int = 0,
     ) -> TranslationLoader:
         return make_loader(
-            self.split(split), self.src_vocab, self.tgt_vocab, batch_size, shuffle, seed
+            self.split(split), self.src_vocab, self.tgt_vocab,
+            batch_size, shuffle, seed,
         )
 
 
 def make_translation_corpus(
-    n_train: int = 6000, n_val: int = 500, n_test: int = 1000, seed: int = 0, max_len: int = 20
+    n_train: int = 6000,
+    n_val: int = 500,
+    n_test: int = 1000,
+    seed: int = 0,
+    max_len: int = 20,
 ) -> TranslationCorpus:
-    """Generate distinct sentence pairs from the grammar and split them three ways.
+    """Generate distinct sentence pairs from the grammar and split them
+    three ways.
 
-    Deterministic for a given ``seed``. No English sentence appears twice (so the splits
-    share none); both sides of every pair have at most ``max_len`` words.
+    Deterministic for a given ``seed``. No English sentence appears twice (so
+    the splits share none); both sides of every pair have at most ``max_len``
+    words.
     """
     if n_train < 1 or n_val < 0 or n_test < 0:
         raise ValueError(
-            f"need n_train >= 1 and n_val, n_test >= 0, got {n_train}, {n_val}, {n_test}"
+            f"need n_train >= 1 and n_val, n_test >= 0, "
+            f"got {n_train}, {n_val}, {n_test}"
         )
     if max_len < 3:
         raise ValueError(f"max_len must be at least 3, got {max_len}")
@@ -494,14 +562,18 @@ def make_translation_corpus(
     while len(pairs) < total:
         attempts += 1
         if attempts > 50 * total + 1000:
-            raise ValueError(f"could not draw {total} distinct sentences of <= {max_len} words")
+            raise ValueError(
+                f"could not draw {total} distinct sentences "
+                f"of <= {max_len} words"
+            )
         clause = sample_clause(rng)
         src, tgt = clause.english(), clause.chinese()
         if len(src) > max_len or len(tgt) > max_len or tuple(src) in seen:
             continue
         seen.add(tuple(src))
         pairs.append((src, tgt))
-    train, val, test = pairs[:n_train], pairs[n_train : n_train + n_val], pairs[n_train + n_val :]
+    train, val, test = (pairs[:n_train], pairs[n_train : n_train + n_val],
+                        pairs[n_train + n_val :])
     return TranslationCorpus(
         train=train,
         val=val,
