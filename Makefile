@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch>=2.2
 STAMP      := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: book instructor-book test setup web-assets browser lint format strip bench gpu-check clean help
+.PHONY: book instructor-book test setup web-assets browser lint strip bench gpu-check clean help
 
 help:
 	@echo "make book   - set up .venv and build the book into _build/html"
@@ -51,10 +51,7 @@ test: setup
 		--nbval-cell-timeout=900 $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check attention_course tests benchmarks scripts book exercises
-
-format: $(STAMP)
-	$(BIN)/ruff format attention_course tests benchmarks scripts
+	$(BIN)/ruff check attention_course tests benchmarks scripts book exercises conftest.py
 
 strip: $(STAMP)
 	$(BIN)/python scripts/strip_outputs.py book exercises
