@@ -378,6 +378,54 @@ def test_unlisted_mistakes_are_named(reference, question_id, name, answer, words
     assert_named(judge(reference, question_id, answer), *words)
 
 
+# --------------------------------------------------------------------------- one-line edits
+ONE_LINE_EDITS = [
+    # q1: no guard on the row sum (0/0), no guard on the row maximum, a finite fill, <=,
+    # the maximum taken over the queries
+    ("q1_masked_softmax", "return exp / torch.where(total > 0, total, torch.ones_like(total))",
+     "return exp / total", ["came out NaN", "0/0"]),
+    ("q1_masked_softmax", "    row_max = torch.where(torch.isfinite(row_max), row_max, "
+     "torch.zeros_like(row_max))\n", "", ["came out NaN"]),
+    ("q1_masked_softmax", "filled = scores.masked_fill(~allowed, -math.inf)",
+     "filled = scores.masked_fill(~allowed, -1e9)", ["came out uniform"]),
+    ("q1_masked_softmax", "allowed = torch.arange(scores.shape[-1]) < lens",
+     "allowed = torch.arange(scores.shape[-1]) <= lens", ["one key too many"]),
+    ("q1_masked_softmax", "total = exp.sum(dim=-1, keepdim=True)",
+     "total = exp.sum(dim=1, keepdim=True)", ["over the queries"]),
+    # q2
+    ("q2_padding_mask", "return positions >= max_len - lens", "return positions > max_len - lens",
+     ["one real token too few"]),
+    ("q2_padding_mask", "return positions < lens  #", "return positions <= lens  #",
+     ["one position too many"]),
+    # q3: the second masked_fill inverted; the scale left as it was
+    ("q3_fix_attention", ".masked_fill(~attn_mask, 0.0)", ".masked_fill(attn_mask, 0.0)",
+     ["is 0, but that key is allowed"]),
+    ("q3_fix_attention", "math.sqrt(query.shape[-1])  # bug 2", "math.sqrt(value.shape[-1])  #",
+     ["square root of the value dimension"]),
+    ("q3_fix_attention", "math.sqrt(query.shape[-1])  # bug 2", "query.shape[-1]  #",
+     ["divided by d, not by its square root"]),
+    # q5
+    ("q5_cached_causal_mask", "tril(num_keys - n)\n", "tril(n - num_keys)\n",
+     ["fewer keys"]),
+    ("q5_cached_causal_mask", "dtype=torch.bool).tril(num_keys", "dtype=torch.int64).tril(num_keys",
+     ["stored as numbers"]),
+    # q6
+    ("q6_count_allowed", "+ (n - L) * L  #", "+ (n - L) * (L + 1)  #", ["own position"]),
+    ("q6_count_allowed", "empty_rows_left += n - L  #", "empty_rows_left += L  #",
+     ["counted the real queries"]),
+]
+
+
+@pytest.mark.parametrize(("question_id", "old", "new", "words"), ONE_LINE_EDITS,
+                         ids=[f"{e[0]}-{i}" for i, e in enumerate(ONE_LINE_EDITS)])
+def test_one_line_edits_of_the_solution_are_named(capsys, question_id, old, new, words):
+    namespace: dict = {"__name__": "__main__"}
+    for source in replace_in_solution(E, old, new):
+        exec(compile(source, "edited solution", "exec"), namespace)
+    (result,) = run_checks(E, question_id, namespace=namespace)
+    assert_named(result, *words)
+
+
 # --------------------------------------------------------------------------- the grader
 MISTAKES_IN_EVERY_QUESTION = [
     # q1: a large negative fill instead of -inf and the careful softmax

@@ -114,14 +114,14 @@ def _weights_problem(w: torch.Tensor, e: torch.Tensor, what: str = "row",
         where = tuple(int(i) for i in leak.nonzero()[0])
         return (f"the weight at index {where} belongs to a masked key and must be exactly 0, "
                 f"got {w[where].item():.3g}: a masked key gets no weight at all")
-    problem = _empty_row_problem(w, e, what)
-    if problem:
-        return problem
     lost = (w == 0) & (e.abs() > 1e-6)
     if bool(lost.any()):
         where = tuple(int(i) for i in lost.nonzero()[0])
         return (f"the weight at index {where} is 0, but that key is allowed: your mask "
                 f"removes a key it should keep")
+    problem = _empty_row_problem(w, e, what)
+    if problem:
+        return problem
     sums = w.sum(-1)
     bad = full & ((sums - 1).abs() > 1e-3)
     if bool(bad.any()):
@@ -304,9 +304,10 @@ def masked_softmax_cases() -> list[Case]:
 
 MASKED_SOFTMAX_MISTAKES = (
     Mistake("minus_inf_nan", lambda s, lens: _softmax_filled(s, lens, MINUS_INF),
-            "a row whose valid length is 0 came out NaN: with every score of the row at minus "
-            "infinity, the softmax's max subtraction computes minus infinity minus minus "
-            "infinity. Such a row must be all zeros"),
+            "a row whose valid length is 0 came out NaN: with nothing left to normalise, a "
+            "plain softmax of minus infinities computes minus infinity minus minus infinity, "
+            "and a division by the row sum computes 0/0. Such a row must be all zeros, so "
+            "compute neither"),
     Mistake("large_negative", lambda s, lens: _softmax_filled(s, lens, -1e9),
             "a row whose valid length is 0 came out uniform (1/Nk on every key): filling "
             "the masked scores with a large finite negative number makes all of its scores "
@@ -682,6 +683,11 @@ COUNT_MISTAKES = (
                       lambda n, L: L * (L - 1) // 2, lambda n, L: n - L + (L > 0)),
             "you left out the diagonal: under the causal mask a query may attend to its own "
             "position"),
+    Mistake("padded_see_themselves",
+            _counting(lambda n, L: L * (L + 1) // 2 + (n - L) * (L + 1),
+                      lambda n, L: L * (L + 1) // 2 + (n - L), lambda n, L: 0),
+            "you let each padded query attend to its own position: that position is "
+            "padding, and the padding mask hides it like every padded key"),
     Mistake("empty_counts_real", _counting(empty_rows_left=lambda n, L: L),
             "you counted the real queries: an empty row is a query that may attend to no "
             "key, and with left padding those are the padded queries at the start"),
