@@ -750,9 +750,9 @@ EXERCISE = Exercise(
                                      pick=lambda out: out[1] if isinstance(out, (tuple, list))
                                      and len(out) == 2 else None,
                                      what="row of the weights"),
-            hint=("Two bugs: one shows on a query that may attend to no key; the other only "
-                  "when the values have another size than the queries. Compare every line "
-                  "with the formula of the chapter."),
+            hint=("Two bugs: one shows on a query that may attend to no key; the other "
+                  "gives no error and no NaN, only wrong weights on some inputs. Compare "
+                  "every line with the formula of section 3.5."),
             section=SECTION_EMPTY,
         ),
         Question(
