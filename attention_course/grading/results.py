@@ -195,8 +195,14 @@ def _forward(question: Question, value: Any) -> Any:
 def _recognised(question: Question, wrong: Mapping[str, list[Any]] | None, index: int,
                 want: Any, got: Any, tolerance: tuple[float, float],
                 key: str | None = None) -> str | None:
-    """The message of the first known mistake that goes wrong on this case and whose
-    output ``got`` matches (by what it computes, whatever path its gradient takes)."""
+    """The message of the known mistake that ``got`` matches on this case.
+
+    A mistake counts only where it goes wrong. First the whole answer is matched
+    (gradients included: a mistake may show only in its gradient); then, for a question
+    with gradients, what the answer computes alone, so that a mistake reached along
+    another path (another gradient) is still named.
+    """
+    candidates = []
     for mistake in question.mistakes:
         outputs = (wrong or {}).get(mistake.name)
         if outputs is None:
@@ -206,11 +212,18 @@ def _recognised(question: Question, wrong: Mapping[str, list[Any]] | None, index
             if type(theirs) is not dict or key not in theirs:
                 continue
             theirs = theirs[key]
-        theirs, mine, right = (_forward(question, v) for v in (theirs, got, want))
-        if compare(right, theirs, *tolerance) is None:
-            continue  # this mistake makes no difference on this case
-        if compare(theirs, mine, *tolerance) is None:
+        if compare(want, theirs, *tolerance) is not None:
+            candidates.append((mistake, theirs))
+    for mistake, theirs in candidates:
+        if compare(theirs, got, *tolerance) is None:
             return mistake.message
+    if question.grad:
+        mine, right = _forward(question, got), _forward(question, want)
+        for mistake, theirs in candidates:
+            theirs = _forward(question, theirs)
+            if compare(right, theirs, *tolerance) is not None and (
+                    compare(theirs, mine, *tolerance) is None):
+                return mistake.message
     return None
 
 
