@@ -13,7 +13,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from attention_course.grading._driver import call_case, describe_error, to_plain
+from attention_course.grading._driver import call_all, call_case, describe_error, to_plain
 from attention_course.grading.registry import get_exercise
 from attention_course.grading.results import (
     QuestionResult,
@@ -54,12 +54,22 @@ def _call(question: Question, target: Any, case: Case) -> Any:
 
 
 def _answers(question: Question, target: Any, cases: list[Case]) -> list[Any]:
-    """``target``'s outputs on every case, with torch's generator seeded the same way."""
+    """``target``'s outputs on every case, with torch's generator seeded the same way
+    (the reference and the known mistakes must not raise)."""
     import torch
 
     with torch.random.fork_rng():
         torch.manual_seed(0)
         return [_call(question, target, c) for c in cases]
+
+
+def _learner_answers(prepared: Prepared, target: Any) -> list[Any]:
+    """The learner's outputs, exactly as the grader's child collects them."""
+    import torch
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return call_all(target, prepared.call_spec())
 
 
 @functools.cache
@@ -70,7 +80,10 @@ def prepare(exercise_id: str) -> dict[str, Prepared]:
     for question in get_exercise(exercise_id).questions:
         cases = list(question.cases())
         expected = _answers(question, question.reference, cases)
-        wrong = {m.name: _answers(question, m.wrong, cases) for m in question.mistakes}
+        spec = {"call": question.call, "method": question.method, "grad": question.grad,
+                "cases": [c.to_plain() for c in cases]}
+        # a mistake may not apply to every case (it raises there): it is matched elsewhere
+        wrong = {m.name: call_all(m.wrong, spec) for m in question.mistakes}
         prepared[question.id] = Prepared(question, cases, expected, wrong)
     return prepared
 
@@ -81,7 +94,7 @@ def run_question(prepared: Prepared, target: Any) -> QuestionResult:
     if target is None:
         return explain_error(q, "missing", "")
     try:
-        outputs = [_call(q, target, c) for c in prepared.cases]
+        outputs = _learner_answers(prepared, target)
     except NotImplementedError:
         return explain_error(q, "not_implemented", "")
     except KeyboardInterrupt:

@@ -75,16 +75,23 @@ def _describe(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+def _number(value: float) -> str:
+    """A number as a learner wrote it: an integer exactly, a float to six digits."""
+    return str(value) if isinstance(value, int) else f"{value:.6g}"
+
+
 def _off_by(expected: float, got: float) -> str:
     """How ``got`` misses ``expected``, without saying what ``expected`` is."""
     if math.isnan(got) or math.isinf(got):
         return f"got {got}"
     if expected == 0 or (expected > 0) != (got > 0):
-        return f"got {got:.6g}, which is not the answer"
+        return f"got {_number(got)}, which is not the answer"
     ratio = got / expected
-    if ratio > 1:
-        return f"got {got:.6g}, which is {ratio:.3g} times too large"
-    return f"got {got:.6g}, which is {1 / ratio:.3g} times too small"
+    size = "too large" if ratio > 1 else "too small"
+    factor = max(ratio, 1 / ratio)
+    if factor < 1.01:
+        return f"got {_number(got)}, which is slightly {size} (by less than 1%)"
+    return f"got {_number(got)}, which is {factor:.3g} times {size}"
 
 
 def _compare_tensors(
@@ -170,8 +177,8 @@ def compare(
         if ok:
             return None
         if not reveal:
-            return f"{path}: {_off_by(float(expected), float(got))}"
-        return f"{path}: expected {expected:.6g}, got {got:.6g}"
+            return f"{path}: {_off_by(expected, got)}"
+        return f"{path}: expected {_number(expected)}, got {_number(got)}"
     if isinstance(expected, (list, tuple)):
         if not isinstance(got, (list, tuple)) or len(got) != len(expected):
             return f"{path}: expected {_describe(expected)}, got {_describe(got)}"

@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from attention_course.grading._driver import RAISED
 from attention_course.grading.compare import NotPlainData, compare, validate_plain
-from attention_course.grading.spec import Case, Question
+from attention_course.grading.spec import Case, Mistake, Question
 
 STATUSES = (
     "passed",  # every case matches the reference
@@ -177,8 +178,12 @@ def _problem(question: Question, want: Any, got: Any, tolerance: tuple[float, fl
         problem = compare(want["output"], got["output"], *tolerance, path, reveal)
         if problem is not None:
             return problem
+        rtol, atol = tolerance
         for i, (w, g) in enumerate(zip(want["gradients"], got["gradients"], strict=True)):
-            problem = compare(w, g, *tolerance, f"gradient of input {i + 1}", reveal)
+            # a gradient's rounding grows with its size: tolerate it relative to that
+            scale = float(w.detach().abs().max()) if w.numel() else 0.0
+            problem = compare(w, g, rtol, max(atol, rtol * scale),
+                              f"gradient of input {i + 1}", reveal)
             if problem is not None:
                 return f"the output is right, but not its gradient: {problem}"
         return None
@@ -192,39 +197,86 @@ def _forward(question: Question, value: Any) -> Any:
     return value
 
 
-def _recognised(question: Question, wrong: Mapping[str, list[Any]] | None, index: int,
-                want: Any, got: Any, tolerance: tuple[float, float],
-                key: str | None = None) -> str | None:
-    """The message of the known mistake that ``got`` matches on this case.
+def _recognised(question: Question, mistake: Mistake, wrong: Mapping[str, list[Any]] | None,
+                index: int, want: Any, got: Any, tolerance: tuple[float, float],
+                key: str | None = None) -> bool:
+    """Whether ``got`` is what ``mistake`` answers on this case (where the mistake goes
+    wrong): the whole answer, or, for a question with gradients, what it computes (a
+    mistake reached along another path, with another gradient, is still the mistake)."""
+    outputs = (wrong or {}).get(mistake.name)
+    if outputs is None:
+        return False
+    theirs = outputs[index]
+    if _raised(theirs) is not None:
+        return False  # the mistake does not apply to this case
+    if key is not None:
+        if type(theirs) is not dict or key not in theirs:
+            return False
+        theirs = theirs[key]
+    if compare(want, theirs, *tolerance) is None:
+        return False  # this mistake makes no difference on this case
+    if compare(theirs, got, *tolerance) is None:
+        return True
+    theirs, mine, right = (_forward(question, v) for v in (theirs, got, want))
+    return question.grad and compare(right, theirs, *tolerance) is not None and (
+        compare(theirs, mine, *tolerance) is None)
 
-    A mistake counts only where it goes wrong. First the whole answer is matched
-    (gradients included: a mistake may show only in its gradient); then, for a question
-    with gradients, what the answer computes alone, so that a mistake reached along
-    another path (another gradient) is still named.
-    """
-    candidates = []
-    for mistake in question.mistakes:
-        outputs = (wrong or {}).get(mistake.name)
-        if outputs is None:
-            continue
-        theirs = outputs[index]
-        if key is not None:
-            if type(theirs) is not dict or key not in theirs:
-                continue
-            theirs = theirs[key]
-        if compare(want, theirs, *tolerance) is not None:
-            candidates.append((mistake, theirs))
-    for mistake, theirs in candidates:
-        if compare(theirs, got, *tolerance) is None:
-            return mistake.message
-    if question.grad:
-        mine, right = _forward(question, got), _forward(question, want)
-        for mistake, theirs in candidates:
-            theirs = _forward(question, theirs)
-            if compare(right, theirs, *tolerance) is not None and (
-                    compare(theirs, mine, *tolerance) is None):
-                return mistake.message
+
+def _raised(value: Any) -> str | None:
+    """The error of a case whose call raised (see ``_driver.call_all``), else ``None``."""
+    if type(value) is dict and set(value) == {RAISED} and type(value[RAISED]) is str:
+        return value[RAISED]
     return None
+
+
+def _judge_cases(question: Question, cases: list[Case], expected: list[Any], got: list[Any],
+                 wrong: Mapping[str, list[Any]] | None, tolerance: tuple[float, float],
+                 key: str | None = None, path: str = "output") -> str | None:
+    """``None`` when every case matches, else the message for what went wrong.
+
+    The earliest failing case is described: by the known mistake that explains every
+    failing case, or the one its output matches, else by what it raised or what differs
+    (with the ``diagnose`` hook's words), followed by a known mistake a later case shows.
+    """
+    failing: list[tuple[int, str]] = []
+    matches: dict[int, list[Mistake]] = {}
+    for index, (want, mine) in enumerate(zip(expected, got, strict=True)):
+        if key is not None:
+            want = want[key]
+            mine = mine[key] if type(mine) is dict and key in mine else mine
+        error = _raised(mine)
+        if error is not None:
+            failing.append((index, f"`{question.symbol}` raised {error}"))
+            continue
+        problem = _problem(question, want, mine, tolerance, path)
+        if problem is None:
+            continue
+        failing.append((index, problem))
+        matches[index] = [m for m in question.mistakes
+                          if _recognised(question, m, wrong, index, want, mine, tolerance, key)]
+    if not failing:
+        return None
+    first, problem = failing[0]
+    everywhere = [m for m in question.mistakes if all(m in matches.get(i, []) for i, _ in failing)]
+    chosen = everywhere or matches.get(first, [])
+    if chosen:
+        return f"{_where(cases[first], first + 1)}: {chosen[0].message}"
+    if question.diagnose is not None and "shape" not in problem and "raised" not in problem:
+        want = expected[first] if key is None else expected[first][key]
+        mine = got[first] if key is None else got[first][key]
+        try:
+            teaching = question.diagnose(cases[first], want, mine)
+        except Exception:  # a diagnose hook must never break grading
+            teaching = None
+        if teaching:
+            problem = f"{teaching}; {problem}"
+    text = f"{_where(cases[first], first + 1)}: {problem}"
+    later = [(i, matches[i][0]) for i, _ in failing if matches.get(i)]
+    if later:
+        index, mistake = later[0]
+        text += (f"; on {_where(cases[index], index + 1)}, what you return is a known "
+                 f"mistake: {mistake.message}")
+    return text
 
 
 def evaluate(
@@ -246,52 +298,43 @@ def evaluate(
     if type(outputs) not in (list, tuple) or len(outputs) != len(expected):
         return result(question, "error", "the grader received a malformed answer")
     if question.parts is not None:
-        return _evaluate_parts(question, cases, expected, outputs, wrong)
-    tolerance = (question.rtol, question.atol)
-    for index, (case, want, got) in enumerate(zip(cases, expected, outputs, strict=True)):
-        problem = _problem(question, want, got, tolerance)
-        if problem is None:
-            continue
-        where = _where(case, index + 1)
-        known = _recognised(question, wrong, index, want, got, tolerance)
-        if known:
-            return result(question, "failed", f"{where}: {known}")
-        if question.diagnose is not None and "shape" not in problem:
-            try:
-                teaching = question.diagnose(case, want, got)
-            except Exception:  # a diagnose hook must never break grading
-                teaching = None
-            if teaching:
-                problem = f"{teaching}; {problem}"
-        return result(question, "failed", f"{where}: {problem}")
-    return result(question, "passed", f"all {len(expected)} cases match")
+        return _evaluate_parts(question, cases, expected, list(outputs), wrong)
+    message = _judge_cases(question, cases, expected, list(outputs), wrong,
+                           (question.rtol, question.atol))
+    if message is None:
+        return result(question, "passed", f"all {len(expected)} cases match")
+    return result(question, "error" if "` raised " in message and all(
+        _raised(o) for o in outputs) else "failed", message)
 
 
 def _evaluate_parts(question: Question, cases: list[Case], expected: list[Any],
                     outputs: list[Any], wrong: Mapping[str, list[Any]] | None) -> QuestionResult:
     """Partial credit: each key of the returned dict earns its points on its own."""
     parts = dict(question.parts or {})
-    for got in outputs:
+    for index, got in enumerate(outputs):
+        error = _raised(got)
+        if error is not None:
+            return result(question, "error", f"{_where(cases[index], index + 1)}: "
+                          f"`{question.symbol}` raised {error}", points=0)
         if type(got) is not dict or set(got) != set(parts):
             keys = ", ".join(repr(k) for k in parts)
             found = sorted(got) if type(got) is dict else type(got).__name__
             return result(question, "failed", f"return a dict with the keys {keys} (got "
                           f"{found})", points=0)
-    problems, points = [], 0
+    problems: dict[str, list[str]] = {}
+    points = 0
     for key, worth in parts.items():
         tolerance = question.part_tolerance.get(key, (question.rtol, question.atol))
-        for index, (case, want, got) in enumerate(zip(cases, expected, outputs, strict=True)):
-            problem = _problem(question, want[key], got[key], tolerance, path=repr(key))
-            if problem is not None:
-                known = _recognised(question, wrong, index, want[key], got[key], tolerance,
-                                    key)
-                problems.append(f"{repr(key)} in {_where(case, index + 1)}: {known or problem}")
-                break
-        else:
+        message = _judge_cases(question, cases, expected, outputs, wrong, tolerance, key,
+                               path=repr(key))
+        if message is None:
             points += worth
+        else:
+            problems.setdefault(message.replace(f"{key!r}: ", ""), []).append(repr(key))
     if not problems:
         return result(question, "passed", f"every part matches on all {len(expected)} cases")
-    return result(question, "failed", "; ".join(problems), points=points)
+    text = "; ".join(f"{', '.join(keys)}: {message}" for message, keys in problems.items())
+    return result(question, "failed", text, points=points)
 
 
 def builds_on_failed(questions: Sequence[Question],
@@ -300,10 +343,11 @@ def builds_on_failed(questions: Sequence[Question],
     message that says so first: fixing the earlier answer may fix this one too."""
     by_id = {r.id: r for r in results}
     symbols = {q.id: q.symbol for q in questions}
+    wrong = ("failed", "error", "timeout", "crashed")  # not merely unfinished or missing
     out = []
     for question, res in zip(questions, results, strict=True):
-        broken = [i for i in question.builds_on if i in by_id and not by_id[i].passed]
-        if res.passed or not broken:
+        broken = [i for i in question.builds_on if i in by_id and by_id[i].status in wrong]
+        if res.status not in wrong or not broken:
             out.append(res)
             continue
         names = ", ".join(f"{i} (`{symbols[i]}`)" for i in broken)
