@@ -329,6 +329,11 @@ TREND_MISTAKES = (
     Mistake("no_answer", lambda: None,
             "your function gives back nothing (None): end it by giving back one of the "
             "four choices, as a string"),
+    # a number is no choice; naming it here keeps the message from quoting the answer
+    *(Mistake(f"number_{i}", lambda i=i: i,
+              f"you answered with the number {i}: give back the words of your choice "
+              f"instead, exactly as written in the question")
+      for i in range(5)),
     Mistake("both_down", lambda: ERROR_TRENDS[0],
             "the training error does fall, but a kernel narrower than the spacing of the "
             "keys answers a new query with the value of its nearest key, noise included: "
