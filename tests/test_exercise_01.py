@@ -108,6 +108,8 @@ PREDICT_MISTAKES = {
                       "weights do not sum to 1"),
     "over queries": (lambda q, k, v, h: torch.softmax(-_d2(q, k) / (2 * h**2), 0) @ v,
                      "normalised over the queries instead of over the keys"),
+    "divided by n": (lambda q, k, v, h: _weights(q, k, h) @ v / len(k),
+                     "as many times too small as there are keys"),
     # not listed: right for numbers, wrong for vector values, where it cannot broadcast
     "elementwise": (lambda q, k, v, h: (_weights(q, k, h) * v).sum(dim=1),
                     "must match the size of tensor b (2)"),
@@ -160,7 +162,19 @@ MODULE_MISTAKES = {
                          "not renormalised"),
     "exclude_self ignored": ([("            scores = scores.masked_fill(itself, -math.inf)\n",
                                "            pass\n")], "exclude_self changes nothing"),
+    "dim=0": ([("return torch.softmax(scores, dim=-1) @ values",
+                "return torch.softmax(scores, dim=0) @ values")], "normalised over the queries"),
+    "2h": ([("/ (2 * bandwidth**2)\n        if exclude_self", "/ (2 * bandwidth)\n        if "
+             "exclude_self")], "by 2h, not by 2h squared"),
+    "h^2": ([("/ (2 * bandwidth**2)\n        if exclude_self", "/ bandwidth**2\n        if "
+              "exclude_self")], "the factor 2 of 2h squared is missing"),
     # not listed
+    "diagonal of the weights zeroed": ([(
+        "            scores = scores.masked_fill(itself, -math.inf)\n"
+        "        return torch.softmax(scores, dim=-1) @ values\n",
+        "            pass\n        weights = torch.softmax(scores, dim=-1)\n"
+        "        if exclude_self:\n            weights = weights.clone().fill_diagonal_(0)\n"
+        "        return weights @ values\n")], "not renormalised"),
     "masked with 0": ([("masked_fill(itself, -math.inf)", "masked_fill(itself, 0.0)")],
                       "exclude_self changes nothing"),
     "detached": ([(EXP, "self.log_bandwidth.exp().detach()\n        scores")],
@@ -259,10 +273,13 @@ BANDWIDTH_MISTAKES = {
     "itself included": (lambda x, y, c: c[int(_errors(x, y, c, "none").argmin())],
                         "each point included in its own prediction"),
     "not renormalised": (lambda x, y, c: c[int(_errors(x, y, c, "zero").argmin())],
-                         "not renormalised"),
+                         "without renormalising"),
+    "h not squared": (lambda x, y, c: c[int(torch.stack([torch.mean(
+        (torch.softmax((-_d2(x, x) / (2 * h)).fill_diagonal_(-math.inf), -1) @ y - y) ** 2)
+        for h in c]).argmin())], "is the bandwidth squared"),
     "square of the mean": (
         lambda x, y, c: c[int(torch.stack([torch.mean(_loo(x, y, h)) ** 2 for h in c]).argmin())],
-        "square the mean of the errors"),
+        "the square of the mean error"),
     "argmax": (lambda x, y, c: c[int(_errors(x, y, c).argmax())], "largest leave-one-out error"),
     "index": (lambda x, y, c: int(_errors(x, y, c).argmin()), "position of the best candidate"),
     "error": (lambda x, y, c: float(_errors(x, y, c).min()), "smallest leave-one-out error itself"),
@@ -302,6 +319,7 @@ def test_mistakes_in_functions_are_named(solution, question, name, mistake):
     ("training up, held-out up", "the held-out error does rise, but the training error falls"),
     (None, "gives back nothing"),
     (1, "the number 1"),
+    (True, "you answered True"),
     ("Training down, held-out up", "is not one of the choices"),  # not listed
     ("down, up", "is not one of the choices"),  # not listed
 ])
@@ -349,7 +367,7 @@ def test_derivation_mistakes_cost_their_part_and_are_named(solution, name):
     answer, part, words = DOT_MISTAKES[name]
     result = _judge(solution, "q6_dot_product", answer)
     assert result.points == 1 and result.line().startswith("[PART]")
-    _lost(result, f"{part} in case 1", words)
+    _lost(result, f"{part} in held-back case 1", words)
 
 
 def test_a_tuple_is_not_the_dict_asked_for(solution):

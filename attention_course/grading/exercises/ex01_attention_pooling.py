@@ -139,6 +139,10 @@ def _over_queries(queries, keys, values, bandwidth):
     return _scored(lambda h: 2 * h**2, dim=0)(queries, keys, bandwidth) @ values
 
 
+def _mean_of_weighted(queries, keys, values, bandwidth):
+    return _predict(queries, keys, values, bandwidth) / len(keys)
+
+
 PREDICT_MISTAKES = (
     Mistake("average_pooling", _average_pooling,
             "every query gets the same prediction, the plain mean of the values: that is "
@@ -149,6 +153,10 @@ PREDICT_MISTAKES = (
     Mistake("not_normalised", _unnormalised_average,
             "your weights do not sum to 1, so the prediction is not an average of the "
             "values: normalise each query's kernel values over the keys first"),
+    Mistake("divided_by_number_of_keys", _mean_of_weighted,
+            "your predictions are as many times too small as there are keys: the weights "
+            "already sum to 1, so the weighted sum is the average (no division by the "
+            "number of keys)"),
     Mistake("weights_over_queries", _over_queries,
             "your weights are normalised over the queries instead of over the keys: each "
             "query's weights on the keys must sum to 1"),
@@ -188,8 +196,10 @@ class Pooling(kr.NWKernelRegression):
         return fit_bandwidth(self, x, y, queries, steps, lr)
 
 
-def _variant(bandwidth_of, init_log: bool = True, leave_out: str = "mask"):
-    """A broken ``Pooling``: how the bandwidth is stored and read, how a point is left out."""
+def _variant(bandwidth_of=torch.exp, init_log: bool = True, leave_out: str = "mask",
+             scale=lambda h: 2 * h**2, dim: int = -1):
+    """A broken ``Pooling``: how the bandwidth is stored and read, how a point is left out,
+    what divides the squared distance, which axis the softmax normalises."""
 
     class Broken(Pooling):
         def __init__(self, init_bandwidth: float = 1.0) -> None:
@@ -200,11 +210,11 @@ def _variant(bandwidth_of, init_log: bool = True, leave_out: str = "mask"):
 
         def forward(self, queries, keys, values, exclude_self=False):
             h = bandwidth_of(self.log_bandwidth)
-            scores = -_squared_differences(queries, keys) / (2 * h**2)
+            scores = -_squared_differences(queries, keys) / scale(h)
             itself = torch.eye(len(queries), dtype=torch.bool)
             if exclude_self and leave_out == "mask":
                 scores = scores.masked_fill(itself, -math.inf)
-            weights = torch.softmax(scores, dim=-1)
+            weights = torch.softmax(scores, dim=dim)
             if exclude_self and leave_out == "zero":
                 weights = weights.masked_fill(itself, 0.0)
             return weights @ values
@@ -243,6 +253,15 @@ MODULE_MISTAKES = (
     Mistake("self_not_left_out", _variant(torch.exp, leave_out="none"),
             "exclude_self changes nothing in your forward: each training point still "
             "weighs itself, so the training shrinks the bandwidth towards 0"),
+    # the weights themselves wrong (question 1's mistakes, written into forward)
+    Mistake("weights_over_queries", _variant(dim=0),
+            "the weights of your forward are normalised over the queries; each query's "
+            "weights must sum to 1 over the keys"),
+    Mistake("bandwidth_not_squared", _variant(scale=lambda h: 2 * h),
+            "your forward divides the squared distance by 2h, not by 2h squared"),
+    Mistake("half_missing", _variant(scale=lambda h: h**2),
+            "your forward divides the squared distance by h squared: the factor 2 of 2h "
+            "squared is missing"),
 )
 
 
@@ -259,10 +278,11 @@ def bandwidth_cases() -> list[Case]:
     return cases
 
 
-def _loo_errors(x, y, candidates, leave_out: str = "mask", squared_mean: bool = False):
+def _loo_errors(x, y, candidates, leave_out: str = "mask", squared_mean: bool = False,
+                scale=lambda h: 2 * h**2):
     errors = []
     for h in candidates:
-        scores = -_squared_differences(x, x) / (2 * h**2)
+        scores = -_squared_differences(x, x) / scale(h)
         itself = torch.eye(len(x), dtype=torch.bool)
         if leave_out == "mask":
             scores = scores.masked_fill(itself, -math.inf)
@@ -298,19 +318,24 @@ def _best_error(x, y, candidates):
     return min(_loo_errors(x, y, candidates))
 
 
+# A choice among a few candidates cannot prove a cause, so these messages say what the
+# answer matches and ask about the likely cause.
 BANDWIDTH_MISTAKES = (
     Mistake("self_included", _pick(leave_out="none"),
-            "you picked the bandwidth that fits the training points with each point "
-            "included in its own prediction, and that rewards the narrowest kernel: leave "
-            "each point out of its own prediction"),
+            "your choice is the one that fits the training points with each point included "
+            "in its own prediction, which rewards the narrowest kernel: did you leave each "
+            "point out of its own prediction?"),
     Mistake("left_out_not_renormalised", _pick(leave_out="zero"),
-            "your leave-one-out weights do not sum to 1: a point's own weight is set to "
-            "zero but the other weights are not renormalised"),
+            "your choice matches leave-one-out weights that do not sum to 1: did you set a "
+            "point's own weight to zero without renormalising the others?"),
+    Mistake("bandwidth_not_squared", _pick(scale=lambda h: 2 * h),
+            "your choice matches scores that divide the squared distance by 2h instead of "
+            "2h squared: is the bandwidth squared in your scores?"),
     Mistake("squared_mean", _pick(squared_mean=True),
-            "you square the mean of the errors, where positive and negative errors cancel; "
-            "the mean squared error averages the squares"),
+            "your choice matches the square of the mean error, where positive and negative "
+            "errors cancel: did you average the squared errors?"),
     Mistake("largest_error", _largest_error,
-            "you picked the candidate with the largest leave-one-out error; keep the "
+            "your choice is the candidate with the largest leave-one-out error; keep the "
             "smallest"),
     Mistake("index", _best_index,
             "you answered with the position of the best candidate in the list, not with "
@@ -329,7 +354,12 @@ TREND_MISTAKES = (
     Mistake("no_answer", lambda: None,
             "your function gives back nothing (None): end it by giving back one of the "
             "four choices, as a string"),
-    # a number is no choice; naming it here keeps the message from quoting the answer
+    # a number or a truth value is no choice; naming them here keeps the message from
+    # quoting the answer
+    *(Mistake(f"truth_{value}", lambda value=value: value,
+              f"you answered {value}: give back the words of your choice instead, exactly "
+              f"as written in the question")
+      for value in (True, False)),
     *(Mistake(f"number_{i}", lambda i=i: i,
               f"you answered with the number {i}: give back the words of your choice "
               f"instead, exactly as written in the question")
@@ -352,8 +382,10 @@ TREND_MISTAKES = (
 def dot_cases() -> list[Case]:
     g = torch.Generator().manual_seed(106)
     cases = []
-    # no bandwidth of 0.5 or 1, where some of the wrong scales coincide
-    for n_keys, h, hidden in [(5, 0.6, False), (7, 1.5, False), (4, 0.8, True),
+    # no bandwidth of 0.5 or 1, where some of the wrong scales coincide. A held-back case
+    # comes first: an answer that no known mistake explains is told the expected number of
+    # a case whose bandwidth it does not see, which gives the formula away less easily.
+    for n_keys, h, hidden in [(4, 0.8, True), (5, 0.6, False), (7, 1.5, False),
                               (6, 2.5, True)]:
         keys = torch.randn(n_keys, generator=g) * 2
         label = "" if hidden else f"{n_keys} keys, h = {h}"
