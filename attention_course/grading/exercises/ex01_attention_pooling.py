@@ -53,8 +53,9 @@ def weight_cases() -> list[Case]:
     return cases
 
 
-def _scored(scale: float, distance: str = "squared", sign: float = -1.0, dim: int = -1):
-    """Weights ``softmax(sign * dist / scale)`` over ``dim``: the reference and its variants."""
+def _scored(scale, distance: str = "squared", sign: float = -1.0, dim: int = -1):
+    """Weights ``softmax(sign * distance / scale(h))`` over ``dim``: the Gaussian weights
+    with one thing changed."""
 
     def weights(queries, keys, bandwidth):
         d = _squared_differences(queries, keys)
