@@ -1,15 +1,30 @@
 """Exercise 1: attention pooling by kernel regression (chapter 1).
 
-The references are the package's own chapter-1 code (``attention_course.kernel_regression``).
+Six questions, four kinds: the Gaussian weights and the Nadaraya-Watson prediction
+(implement), a learnable-bandwidth module that does not learn (debug), leave-one-out
+bandwidth choice (implement), what a narrow bandwidth does to the training and held-out
+errors (predict), and the Gaussian score rewritten as a dot product plus a per-key bias,
+the bridge to chapter 2 (derive).
+
+The references are the package's own chapter-1 code (``attention_course.kernel_regression``)
+or a line of algebra. Every known mistake below is a wrong variant of the reference: the
+grader computes what it outputs and, when a learner's answer matches it, says so.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+from torch import nn
 
 from attention_course import kernel_regression as kr
 from attention_course.grading.compare import rows_sum_to_one
-from attention_course.grading.spec import Case, Exercise, Question
+from attention_course.grading.spec import Case, Exercise, Mistake, Question
+
+NW_SECTION = "1.3 Nadaraya-Watson: let the query choose the weights"
+BANDWIDTH_SECTION = "1.4 The bandwidth trades bias for variance"
+LEARNED_SECTION = "1.6 Parametric attention pooling: learning the bandwidth"
 
 
 def _points(g: torch.Generator, n: int) -> torch.Tensor:
@@ -21,56 +36,404 @@ def _data(g: torch.Generator, n: int, noise: float = 0.3) -> tuple[torch.Tensor,
     return x, 2 * torch.sin(x) + x**0.8 + noise * torch.randn(n, generator=g)
 
 
+def _squared_differences(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    return (queries[:, None] - keys[None, :]) ** 2
+
+
+# --------------------------------------------------------------------------- question 1
 def weight_cases() -> list[Case]:
     g = torch.Generator().manual_seed(101)
     cases = []
-    for n_queries, n_keys, h in [(3, 5, 1.0), (4, 7, 0.5), (6, 6, 2.0), (1, 4, 0.8)]:
+    # no bandwidth of 1 or 2 (where 2h = 2h^2 or h^2 = 2h), so each mistake shows
+    for n_queries, n_keys, h, hidden in [(3, 5, 0.8, False), (4, 7, 0.45, False),
+                                         (1, 4, 1.3, False), (6, 6, 0.6, True)]:
         q, k = _points(g, n_queries), _points(g, n_keys)
-        cases.append(Case(args=(q, k, h), label=f"{n_queries} queries, {n_keys} keys, h = {h}"))
+        label = "" if hidden else f"{n_queries} queries, {n_keys} keys, h = {h}"
+        cases.append(Case(args=(q, k, h), label=label, hidden=hidden))
     return cases
 
 
+def _scored(scale, distance: str = "squared", sign: float = -1.0, dim: int = -1):
+    """Weights ``softmax(sign * distance / scale(h))`` over ``dim``: the Gaussian weights
+    with one thing changed."""
+
+    def weights(queries, keys, bandwidth):
+        d = _squared_differences(queries, keys)
+        if distance == "absolute":
+            d = d.sqrt()
+        return torch.softmax(sign * d / scale(bandwidth), dim=dim)
+
+    return weights
+
+
+def _kernel_values(queries, keys, bandwidth):
+    return torch.exp(-_squared_differences(queries, keys) / (2 * bandwidth**2))
+
+
+WEIGHT_MISTAKES = (
+    Mistake("bandwidth_not_squared", _scored(lambda h: 2 * h),
+            "your scores are divided by 2h, not by 2h squared: the bandwidth is squared, "
+            "like the distance it scales"),
+    Mistake("half_missing", _scored(lambda h: h**2),
+            "your scores are twice the right size: the Gaussian kernel divides the squared "
+            "distance by 2h squared, and your factor 2 is missing"),
+    Mistake("divided_by_h", _scored(lambda h: h),
+            "you divide the squared distance by h: both the square of the bandwidth and the "
+            "factor 2 are missing (the score is minus the squared distance over 2h squared)"),
+    Mistake("two_h_squared", _scored(lambda h: (2 * h) ** 2),
+            "you divide by 2h, all squared, which is 4h squared: only the bandwidth is "
+            "squared, the 2 is not"),
+    Mistake("bandwidth_multiplied", _scored(lambda h: 2 / h**2),
+            "you multiply by the squared bandwidth instead of dividing by it, so a wider "
+            "bandwidth gives a narrower kernel"),
+    Mistake("softmax_over_queries", _scored(lambda h: 2 * h**2, dim=0),
+            "your weights are normalised over the queries (each column sums to 1); each "
+            "query's weights must sum to 1 over the keys, one row per query"),
+    Mistake("sign_dropped", _scored(lambda h: 2 * h**2, sign=1.0),
+            "your weights grow with the distance, so the farthest key gets the most weight: "
+            "the score is minus the squared distance"),
+    Mistake("absolute_distance", _scored(lambda h: 2 * h**2, distance="absolute"),
+            "you score with the distance itself; the Gaussian kernel uses the squared "
+            "distance"),
+    Mistake("not_normalised", _kernel_values,
+            "these are the kernel values before normalisation: each row must be divided by "
+            "its sum, which a softmax over the keys does for you"),
+)
+
+
+# --------------------------------------------------------------------------- question 2
 def predict_cases() -> list[Case]:
     g = torch.Generator().manual_seed(102)
     cases = []
-    for n_queries, n_keys, h in [(5, 10, 1.0), (8, 20, 0.4), (3, 6, 3.0)]:
+    for n_queries, n_keys, h, dv, hidden in [(5, 10, 0.7, None, False),
+                                              (8, 20, 0.4, None, False),
+                                              (3, 6, 1.5, 2, False),
+                                              (7, 9, 0.9, None, True),
+                                              (4, 12, 0.3, 3, True)]:
         keys, values = _data(g, n_keys)
+        if dv is not None:
+            values = torch.stack([values * (j + 1) - j for j in range(dv)], dim=1)
         queries = _points(g, n_queries)
-        label = f"{n_queries} queries, {n_keys} keys, h = {h}"
-        cases.append(Case(args=(queries, keys, values, h), label=label))
-    return cases
-
-
-def module_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(103)
-    cases = []
-    for n_queries, n_keys, h in [(4, 9, 0.7), (10, 12, 1.5)]:
-        keys, values = _data(g, n_keys)
-        queries = _points(g, n_queries)
-        cases.append(
-            Case(
-                init_args=(1.0,),
-                params={"log_bandwidth": torch.tensor(h).log()},
-                args=(queries, keys, values),
-                label=f"{n_queries} queries, {n_keys} keys, log_bandwidth set to log({h})",
-            )
-        )
-    return cases
-
-
-def bandwidth_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(104)
-    candidates = [0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.2, 2.0, 4.0]
-    cases = []
-    for n, noise in [(40, 0.1), (60, 1.0), (30, 0.4)]:
-        x, y = _data(g, n, noise)
-        label = f"{n} points, noise {noise}, {len(candidates)} candidates"
-        cases.append(Case(args=(x, y, candidates), label=label))
+        shape = f"values ({n_keys}, {dv})" if dv else f"{n_keys} scalar values"
+        label = "" if hidden else f"{n_queries} queries, {n_keys} keys, {shape}, h = {h}"
+        cases.append(Case(args=(queries, keys, values, h), label=label, hidden=hidden))
     return cases
 
 
 def _predict(queries, keys, values, bandwidth):
     return kr.nadaraya_watson(queries, keys, values, bandwidth)[0]
+
+
+def _average_pooling(queries, keys, values, bandwidth):
+    return kr.average_pooling(queries, values)
+
+
+def _nearest_key(queries, keys, values, bandwidth):
+    return values[kr.attention_weights(queries, keys, bandwidth).argmax(dim=-1)]
+
+
+def _unnormalised_average(queries, keys, values, bandwidth):
+    return _kernel_values(queries, keys, bandwidth) @ values
+
+
+def _over_queries(queries, keys, values, bandwidth):
+    return _scored(lambda h: 2 * h**2, dim=0)(queries, keys, bandwidth) @ values
+
+
+def _mean_of_weighted(queries, keys, values, bandwidth):
+    return _predict(queries, keys, values, bandwidth) / len(keys)
+
+
+PREDICT_MISTAKES = (
+    Mistake("average_pooling", _average_pooling,
+            "every query gets the same prediction, the plain mean of the values: that is "
+            "average pooling. Weight each value by the query's attention weight on its key"),
+    Mistake("nearest_key", _nearest_key,
+            "you answer with the value of the one key that has the largest weight (hard "
+            "attention); Nadaraya-Watson averages all the values, each with its weight"),
+    Mistake("not_normalised", _unnormalised_average,
+            "your weights do not sum to 1, so the prediction is not an average of the "
+            "values: normalise each query's kernel values over the keys first"),
+    Mistake("divided_by_number_of_keys", _mean_of_weighted,
+            "your predictions are as many times too small as there are keys: the weights "
+            "already sum to 1, so the weighted sum is the average (no division by the "
+            "number of keys)"),
+    Mistake("weights_over_queries", _over_queries,
+            "your weights are normalised over the queries instead of over the keys: each "
+            "query's weights on the keys must sum to 1"),
+)
+
+
+# --------------------------------------------------------------------------- question 3
+FIT_STEPS, FIT_LR = 30, 1.0
+
+
+def fit_bandwidth(module: nn.Module, x, y, queries, steps: int = FIT_STEPS, lr: float = FIT_LR):
+    """The notebook's given ``fit`` (the same code): plain gradient descent on the
+    leave-one-out error; the bandwidth before training and after every step, and the
+    predictions at ``queries`` after training.
+
+    The step is written out rather than taken by ``torch.optim.SGD``: creating the first
+    optimiser of a process imports half of torch (seconds), more than a question may take.
+    """
+    bandwidths = [module.log_bandwidth.exp().detach()]
+    for _ in range(steps):
+        loss = torch.mean((module(x, x, y, exclude_self=True) - y) ** 2)
+        loss.backward()
+        with torch.no_grad():
+            for parameter in module.parameters():
+                parameter -= lr * parameter.grad
+                parameter.grad = None
+        bandwidths.append(module.log_bandwidth.exp().detach())
+    with torch.no_grad():
+        predictions = module(queries, x, y)
+    return {"bandwidths": torch.stack(bandwidths), "predictions": predictions}
+
+
+class Pooling(kr.NWKernelRegression):
+    """The chapter's module with the notebook's given ``fit``: the reference of question 3."""
+
+    def fit(self, x, y, queries, steps: int = FIT_STEPS, lr: float = FIT_LR):
+        return fit_bandwidth(self, x, y, queries, steps, lr)
+
+
+def _variant(bandwidth_of=torch.exp, init_log: bool = True, leave_out: str = "mask",
+             scale=lambda h: 2 * h**2, dim: int = -1):
+    """A broken ``Pooling``: how the bandwidth is stored and read, how a point is left out,
+    what divides the squared distance, which axis the softmax normalises."""
+
+    class Broken(Pooling):
+        def __init__(self, init_bandwidth: float = 1.0) -> None:
+            super().__init__(init_bandwidth)
+            if not init_log:  # the parameter holds h itself
+                with torch.no_grad():
+                    self.log_bandwidth.fill_(init_bandwidth)
+
+        def forward(self, queries, keys, values, exclude_self=False):
+            h = bandwidth_of(self.log_bandwidth)
+            scores = -_squared_differences(queries, keys) / scale(h)
+            itself = torch.eye(len(queries), dtype=torch.bool)
+            if exclude_self and leave_out == "mask":
+                scores = scores.masked_fill(itself, -math.inf)
+            weights = torch.softmax(scores, dim=dim)
+            if exclude_self and leave_out == "zero":
+                weights = weights.masked_fill(itself, 0.0)
+            return weights @ values
+
+    return Broken
+
+
+def module_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(103)
+    cases = []
+    # the first case sets log_bandwidth; the others start from init_bandwidth alone
+    for n, n_queries, init, h, hidden in [(15, 4, 1.0, 0.7, False), (20, 5, 0.5, None, False),
+                                          (16, 6, 2.0, None, True), (12, 3, 1.5, 0.4, True)]:
+        x, y = _data(g, n)
+        queries = _points(g, n_queries)
+        params = {} if h is None else {"log_bandwidth": torch.tensor(h).log()}
+        start = f"log_bandwidth set to log({h})" if h else f"init_bandwidth = {init}"
+        label = "" if hidden else f"fit on {n} points, {start}, {n_queries} queries"
+        cases.append(Case(init_args=(init,), params=params, args=(x, y, queries), label=label,
+                          hidden=hidden))
+    return cases
+
+
+MODULE_MISTAKES = (
+    Mistake("log_used_as_bandwidth", _variant(lambda p: p),
+            "your forward uses log_bandwidth itself as the bandwidth: the parameter holds "
+            "the logarithm of h and the bandwidth is its exponential, which stays positive "
+            "whatever step the optimiser takes (a step on h itself can take it to 0 or below)"),
+    Mistake("stores_bandwidth", _variant(torch.exp, init_log=False),
+            "the module starts from the wrong bandwidth: __init__ stores init_bandwidth "
+            "itself in log_bandwidth, which must hold its logarithm"),
+    Mistake("left_out_not_renormalised", _variant(torch.exp, leave_out="zero"),
+            "with exclude_self your weights no longer sum to 1: a point's own weight is "
+            "set to zero but the other weights are not renormalised (give its score minus "
+            "infinity before the softmax, or divide the remaining weights by their sum)"),
+    Mistake("self_not_left_out", _variant(torch.exp, leave_out="none"),
+            "exclude_self changes nothing in your forward: each training point still "
+            "weighs itself, so the training shrinks the bandwidth towards 0"),
+    # the weights themselves wrong (question 1's mistakes, written into forward)
+    Mistake("weights_over_queries", _variant(dim=0),
+            "the weights of your forward are normalised over the queries; each query's "
+            "weights must sum to 1 over the keys"),
+    Mistake("bandwidth_not_squared", _variant(scale=lambda h: 2 * h),
+            "your forward divides the squared distance by 2h, not by 2h squared"),
+    Mistake("half_missing", _variant(scale=lambda h: h**2),
+            "your forward divides the squared distance by h squared: the factor 2 of 2h "
+            "squared is missing"),
+)
+
+
+# --------------------------------------------------------------------------- question 4
+def bandwidth_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(104)
+    candidates = [0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.2, 2.5, 4.0]
+    cases = []
+    for n, noise, hidden in [(40, 0.1, False), (60, 1.0, False), (30, 0.4, True),
+                             (45, 0.6, True)]:
+        x, y = _data(g, n, noise)
+        label = "" if hidden else f"{n} points, noise {noise}, {len(candidates)} candidates"
+        cases.append(Case(args=(x, y, candidates), label=label, hidden=hidden))
+    return cases
+
+
+def _loo_errors(x, y, candidates, leave_out: str = "mask", squared_mean: bool = False,
+                scale=lambda h: 2 * h**2):
+    errors = []
+    for h in candidates:
+        scores = -_squared_differences(x, x) / scale(h)
+        itself = torch.eye(len(x), dtype=torch.bool)
+        if leave_out == "mask":
+            scores = scores.masked_fill(itself, -math.inf)
+        weights = torch.softmax(scores, dim=-1)
+        if leave_out == "zero":
+            weights = weights.masked_fill(itself, 0.0)
+        residual = weights @ y - y
+        errors.append(float(residual.mean() ** 2 if squared_mean else (residual**2).mean()))
+    return errors
+
+
+def _argmin(errors):
+    return min(range(len(errors)), key=errors.__getitem__)
+
+
+def _pick(**how):
+    def choose(x, y, candidates):
+        return float(candidates[_argmin(_loo_errors(x, y, candidates, **how))])
+
+    return choose
+
+
+def _largest_error(x, y, candidates):
+    errors = _loo_errors(x, y, candidates)
+    return float(candidates[max(range(len(errors)), key=errors.__getitem__)])
+
+
+def _best_index(x, y, candidates):
+    return _argmin(_loo_errors(x, y, candidates))
+
+
+def _best_error(x, y, candidates):
+    return min(_loo_errors(x, y, candidates))
+
+
+# A choice among a few candidates cannot prove a cause, so these messages say what the
+# answer matches and ask about the likely cause.
+BANDWIDTH_MISTAKES = (
+    Mistake("self_included", _pick(leave_out="none"),
+            "your choice is the one that fits the training points with each point included "
+            "in its own prediction, which rewards the narrowest kernel: did you leave each "
+            "point out of its own prediction?"),
+    Mistake("left_out_not_renormalised", _pick(leave_out="zero"),
+            "your choice matches leave-one-out weights that do not sum to 1: did you set a "
+            "point's own weight to zero without renormalising the others?"),
+    Mistake("bandwidth_not_squared", _pick(scale=lambda h: 2 * h),
+            "your choice matches scores that divide the squared distance by 2h instead of "
+            "2h squared: is the bandwidth squared in your scores?"),
+    Mistake("squared_mean", _pick(squared_mean=True),
+            "your choice matches the square of the mean error, where positive and negative "
+            "errors cancel: did you average the squared errors?"),
+    Mistake("largest_error", _largest_error,
+            "your choice is the candidate with the largest leave-one-out error; keep the "
+            "smallest"),
+    Mistake("index", _best_index,
+            "you answered with the position of the best candidate in the list, not with "
+            "its bandwidth"),
+    Mistake("error_value", _best_error,
+            "you answered with the smallest leave-one-out error itself; the question asks "
+            "for the bandwidth that achieves it"),
+)
+
+
+# --------------------------------------------------------------------------- question 5
+ERROR_TRENDS = ("training down, held-out down", "training down, held-out up",
+                "training up, held-out down", "training up, held-out up")
+
+TREND_MISTAKES = (
+    Mistake("no_answer", lambda: None,
+            "your function gives back nothing (None): end it by giving back one of the "
+            "four choices, as a string"),
+    # a number or a truth value is no choice; naming them here keeps the message from
+    # quoting the answer
+    *(Mistake(f"truth_{value}", lambda value=value: value,
+              f"you answered {value}: give back the words of your choice instead, exactly "
+              f"as written in the question")
+      for value in (True, False)),
+    *(Mistake(f"number_{i}", lambda i=i: i,
+              f"you answered with the number {i}: give back the words of your choice "
+              f"instead, exactly as written in the question")
+      for i in range(5)),
+    Mistake("both_down", lambda: ERROR_TRENDS[0],
+            "the training error does fall, but a kernel narrower than the spacing of the "
+            "keys answers a new query with the value of its nearest key, noise included: "
+            "the held-out error rises (high variance)"),
+    Mistake("training_up", lambda: ERROR_TRENDS[2],
+            "a training point is one of the keys, at distance 0 from itself: as the "
+            "bandwidth shrinks its own weight tends to 1, so it predicts itself and the "
+            "training error falls towards 0. The held-out error does the opposite"),
+    Mistake("both_up", lambda: ERROR_TRENDS[3],
+            "the held-out error does rise, but the training error falls: each training "
+            "point is one of the keys and, with a narrow kernel, it predicts itself"),
+)
+
+
+# --------------------------------------------------------------------------- question 6
+def dot_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(106)
+    cases = []
+    # no bandwidth of 0.5 or 1, where some of the wrong scales coincide. A held-back case
+    # comes first: an answer that no known mistake explains is told the expected number of
+    # a case whose bandwidth it does not see, which gives the formula away less easily.
+    for n_keys, h, hidden in [(4, 0.8, True), (5, 0.6, False), (7, 1.5, False),
+                              (6, 2.5, True)]:
+        keys = torch.randn(n_keys, generator=g) * 2
+        label = "" if hidden else f"{n_keys} keys, h = {h}"
+        cases.append(Case(args=(keys, h), label=label, hidden=hidden))
+    return cases
+
+
+def gaussian_as_dot_product(keys: torch.Tensor, bandwidth: float) -> dict:
+    """-(q - k)^2 / (2h^2) = (1/h^2) q k - k^2 / (2h^2) - q^2 / (2h^2): scale and bias."""
+    return {"scale": 1 / bandwidth**2, "bias": -(keys**2) / (2 * bandwidth**2)}
+
+
+def _form(scale=None, bias=None):
+    def form(keys, bandwidth):
+        right = gaussian_as_dot_product(keys, bandwidth)
+        return {"scale": right["scale"] if scale is None else scale(bandwidth),
+                "bias": right["bias"] if bias is None else bias(keys, bandwidth)}
+
+    return form
+
+
+DOT_MISTAKES = (
+    Mistake("scale_half", _form(scale=lambda h: 1 / (2 * h**2)),
+            "your scale is half the right one: expanding the square gives the cross term "
+            "twice (minus 2qk), and divided by 2h squared that leaves qk over h squared"),
+    Mistake("scale_not_squared", _form(scale=lambda h: 1 / h),
+            "your scale is 1 over h; the bandwidth enters squared, so the scale is 1 over h "
+            "squared"),
+    Mistake("scale_negative", _form(scale=lambda h: -1 / h**2),
+            "your scale has the wrong sign: minus (minus 2qk) over 2h squared is plus qk "
+            "over h squared, so a query prefers keys on its own side of 0"),
+    Mistake("bias_positive", _form(bias=lambda k, h: k**2 / (2 * h**2)),
+            "your bias has the wrong sign: the key's own term is minus its square over 2h "
+            "squared, which lowers the score of keys far from 0"),
+    Mistake("bias_without_half", _form(bias=lambda k, h: -(k**2) / h**2),
+            "your bias is twice the right size: the key's own term is its square over 2h "
+            "squared, with the factor 2"),
+    Mistake("bias_not_squared", _form(bias=lambda k, h: -(k**2) / (2 * h)),
+            "your bias divides by 2h; like every term of the expanded score it divides by "
+            "2h squared"),
+    Mistake("bias_key_not_squared", _form(bias=lambda k, h: -k / (2 * h**2)),
+            "your bias uses the key itself; the key's own term of the expanded square is "
+            "its square, over 2h squared"),
+    Mistake("bias_without_bandwidth", _form(bias=lambda k, h: -(k**2)),
+            "your bias is minus the squared key, with no bandwidth: every term of the score "
+            "is divided by 2h squared"),
+)
 
 
 EXERCISE = Exercise(
@@ -82,49 +445,96 @@ EXERCISE = Exercise(
             id="q1_weights",
             symbol="gaussian_weights",
             title="Gaussian kernel attention weights",
+            kind="implement",
             points=2,
             reference=kr.attention_weights,
             cases=weight_cases,
+            mistakes=WEIGHT_MISTAKES,
             diagnose=rows_sum_to_one(),
-            hint=(
-                "weights[i, j] = softmax over j of -(q_i - k_j)^2 / (2 h^2): one row per "
-                "query, one column per key. Broadcast queries[:, None] against keys[None, :]."
-            ),
+            hint="One row per query, one column per key: score each key by minus its "
+                 "squared distance to the query over twice the squared bandwidth, then "
+                 "normalise each row over the keys.",
+            section=NW_SECTION,
         ),
         Question(
             id="q2_predict",
             symbol="nadaraya_watson_predict",
             title="The Nadaraya-Watson prediction",
+            kind="implement",
             points=2,
             reference=_predict,
             cases=predict_cases,
-            hint="f(q_i) = sum_j weights[i, j] * values[j]: a matrix-vector product, shape (Nq,).",
+            mistakes=PREDICT_MISTAKES,
+            builds_on=("q1_weights",),
+            hint="A query's prediction is the average of all the values, each weighted by "
+                 "that query's attention weight on its key. Vector values are averaged "
+                 "entry by entry with the same weights.",
+            section=NW_SECTION,
         ),
         Question(
             id="q3_module",
             symbol="LearnableBandwidthPooling",
-            title="Attention pooling with a learnable bandwidth",
+            title="Debug: a learnable bandwidth that does not learn",
+            kind="debug",
             call="module",
-            points=3,
-            reference=kr.NWKernelRegression,
+            method="fit",
+            points=2,
+            reference=Pooling,
             cases=module_cases,
-            hint=(
-                "Keep the bandwidth as h = exp(log_bandwidth), with log_bandwidth an "
-                "nn.Parameter holding a scalar (shape ()), and use it in the Gaussian weights."
-            ),
+            rtol=1e-3,
+            atol=1e-5,
+            mistakes=MODULE_MISTAKES,
+            builds_on=("q1_weights",),
+            hint="Ask of each line: does the optimiser see this tensor as a parameter, "
+                 "does the gradient pass through this operation, does the bandwidth stay "
+                 "positive whatever the step, and do the weights of each row still sum to "
+                 "1 once a point is left out?",
+            section=LEARNED_SECTION,
         ),
         Question(
             id="q4_bandwidth",
             symbol="choose_bandwidth",
             title="Choosing the bandwidth by leave-one-out",
-            points=3,
+            kind="implement",
+            points=1,
             reference=kr.choose_bandwidth,
             cases=bandwidth_cases,
-            hint=(
-                "For each candidate h, predict every y_i from all the other points (give the "
-                "diagonal weight 0: put -inf in the scores before the softmax), take the mean "
-                "squared error, and return the h (a float) with the smallest error."
-            ),
+            mistakes=BANDWIDTH_MISTAKES,
+            builds_on=("q3_module",),
+            hint="Score each candidate by how well it predicts every training target from "
+                 "the other points only (the mean of the squared errors), and keep the "
+                 "candidate with the smallest score.",
+            section=BANDWIDTH_SECTION,
+        ),
+        Question(
+            id="q5_narrow",
+            symbol="narrow_bandwidth_errors",
+            title="Predict: the errors of a narrow kernel",
+            kind="predict",
+            points=1,
+            reference=lambda: ERROR_TRENDS[1],
+            cases=lambda: [Case()],
+            choices=ERROR_TRENDS,
+            mistakes=TREND_MISTAKES,
+            hint="Where is a training point among the keys, and what is its own weight "
+                 "when the kernel is much narrower than the gaps between keys? And a new "
+                 "query?",
+            section=BANDWIDTH_SECTION,
+        ),
+        Question(
+            id="q6_dot_product",
+            symbol="gaussian_as_dot_product",
+            title="Derive: the Gaussian score as a dot product plus a bias",
+            kind="derive",
+            points=2,
+            reference=gaussian_as_dot_product,
+            cases=dot_cases,
+            parts={"scale": 1, "bias": 1},
+            mistakes=DOT_MISTAKES,
+            hint="Expand the square and sort the terms: those with the query only, those "
+                 "with both, those with the key only. A term that is the same for every "
+                 "key shifts a whole row of scores, and a softmax ignores such a shift.",
+            section=NW_SECTION,
         ),
     ),
 )
