@@ -47,19 +47,6 @@ def _output(value: Any) -> Any:
     return value
 
 
-def _safe(fn: Callable[..., Any], failed: Any = None) -> Callable[..., Any]:
-    """``fn`` that returns ``failed`` where the mistake it models would raise (then no
-    learner output can match it on that case)."""
-
-    def wrong(*args: Any) -> Any:
-        try:
-            return fn(*args)
-        except RuntimeError:
-            return failed
-
-    return wrong
-
-
 def _same_structure(expected: Any, got: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     e, g = _output(expected), _output(got)
     if not (isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor)):
@@ -79,6 +66,11 @@ def _relation(expected: Any, got: Any, what: str = "scores") -> str | None:
     if pair is None:
         return None
     e, g = pair
+    if bool((g >= 0).all()) and e.dim() >= 2:
+        for axis, along in ((-1, "row"), (-2, "column")):
+            if bool(torch.allclose(g.sum(dim=axis), torch.ones(()).double(), atol=1e-4)):
+                return (f"every {along} of your output sums to 1: these look like softmax "
+                        f"weights, but the question asks for the {what} before any softmax")
 
     def close(a: torch.Tensor, b: torch.Tensor) -> bool:
         return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-6))
@@ -98,6 +90,9 @@ def _relation(expected: Any, got: Any, what: str = "scores") -> str | None:
                 size = f"{ratio:.4g} times the right ones (the sign is flipped)"
             return (f"your {what} are all {size}: the formula is right up to a constant "
                     f"factor, so look at the scale")
+    if bool((e < -1e-3).any()) and close(g, e.abs()):
+        return (f"your {what} are right in size, but every negative one came out positive: "
+                f"is something taking an absolute value or a square?")
     offset = float((g - e).mean())
     if abs(offset) > 1e-6 and close(g, e + offset):
         return (f"your {what} are all shifted by the same amount, {offset:.4g}: something "
@@ -109,8 +104,9 @@ def _relation(expected: Any, got: Any, what: str = "scores") -> str | None:
 def scaled_dot_cases() -> list[Case]:
     g = torch.Generator().manual_seed(201)
     cases = []
-    for b, nq, nk, d, hidden in [(2, 3, 5, 4, False), (1, 4, 4, 16, False),
-                                 (3, 2, 6, 9, True), (2, 5, 3, 25, True)]:
+    # case 1 tells the known mistakes apart: sqrt(d) = 4, d = 16, 2d = 32, Nq = 3, Nk = 5, B = 2
+    for b, nq, nk, d, hidden in [(2, 3, 5, 16, False), (1, 6, 6, 4, False),
+                                 (3, 2, 7, 9, True), (2, 5, 3, 25, True)]:
         label = f"B={b}, Nq={nq}, Nk={nk}, d={d}"
         cases.append(Case(args=_qk(g, b, nq, nk, d), label=label, hidden=hidden))
     return cases
@@ -170,34 +166,53 @@ def cosine_cases() -> list[Case]:
     return cases
 
 
-def _lengths(x: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
-    """Each vector's length, ``(B, N, 1)``."""
-    return x.norm(dim=-1, keepdim=True).clamp_min(eps)
+def _lengths(x: torch.Tensor, eps: float = 0.0, dim: int = -1) -> torch.Tensor:
+    """Each vector's length over ``dim`` (kept as an axis of size 1), at least ``eps``."""
+    return x.norm(dim=dim, keepdim=True).clamp_min(eps)
 
 
-def _starter_cosine(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """The broken function the learner starts from (question 2)."""
-    return (q @ k.transpose(1, 2)) / (_lengths(q) * _lengths(k))
+def _unit_dot(q_len: torch.Tensor, k_len: torch.Tensor, q: torch.Tensor,
+              k: torch.Tensor) -> torch.Tensor:
+    return _dot(q / q_len, k / k_len)
+
+
+def starter_cosine(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The broken function the learner starts from: written for ``(N, d)`` inputs, it takes
+    lengths over axis 1, which on a batch ``(B, N, d)`` is the sequence; and a zero vector
+    gives NaN (once the axis is right)."""
+    return _unit_dot(_lengths(q, dim=1), _lengths(k, dim=1), q, k)
 
 
 COSINE_MISTAKES = (
-    Mistake("starter_broadcast", _safe(_starter_cosine),
-            "each row is divided by the length of its query times the length of the key "
-            "with the same index as that query, not by each key's own length: the key "
-            "lengths must run along the columns of the score matrix, one per key"),
-    Mistake("zero_vector_nan",
-            lambda q, k: _dot(q, k) / (_lengths(q) * _lengths(k).transpose(1, 2)),
+    Mistake("starter_sequence_axis", starter_cosine,
+            "your lengths are taken across the sequence (axis 1: over all queries, or all "
+            "keys) instead of over the d entries of each vector, the last axis; on a batch, "
+            "axis 1 is no longer the feature axis"),
+    Mistake("zero_vector_nan", lambda q, k: _unit_dot(_lengths(q), _lengths(k), q, k),
             "the lengths are right, but a zero vector still gives NaN (0 divided by 0): keep "
             "each length away from zero (a tiny floor such as 1e-8) so that a zero vector "
             "scores 0"),
+    Mistake("key_lengths_across_sequence",
+            lambda q, k: _unit_dot(_lengths(q, 1e-8), _lengths(k, 1e-8, dim=1), q, k),
+            "the query lengths are right now, but the key lengths are still taken across "
+            "the sequence (over all keys) instead of over the d entries of each key"),
+    Mistake("query_lengths_across_sequence",
+            lambda q, k: _unit_dot(_lengths(q, 1e-8, dim=1), _lengths(k, 1e-8), q, k),
+            "the key lengths are right now, but the query lengths are still taken across "
+            "the sequence (over all queries) instead of over the d entries of each query"),
+    Mistake("lengths_across_batch",
+            lambda q, k: _unit_dot(_lengths(q, 1e-8, dim=0), _lengths(k, 1e-8, dim=0), q, k),
+            "your lengths are taken across the batch (axis 0) instead of over the d entries "
+            "of each vector, the last axis"),
     Mistake("squared_lengths",
-            lambda q, k: _dot(q, k) / (_lengths(q, 1e-8) * _lengths(k, 1e-8).transpose(1, 2)) ** 2,
+            lambda q, k: _unit_dot(_lengths(q, 1e-8) ** 2, _lengths(k, 1e-8) ** 2, q, k),
             "you divided by the squared lengths; the cosine divides by the lengths "
             "themselves"),
-    Mistake("lengths_across_sequence",
-            lambda q, k: _dot(q / q.norm(dim=1, keepdim=True), k / k.norm(dim=1, keepdim=True)),
-            "your lengths are taken across the sequence (over all queries, or all keys) "
-            "instead of over the d entries of each vector"),
+    Mistake("l1_lengths",
+            lambda q, k: _unit_dot(q.abs().sum(-1, keepdim=True).clamp_min(1e-8),
+                                   k.abs().sum(-1, keepdim=True).clamp_min(1e-8), q, k),
+            "you measured each length as the sum of the absolute entries; a vector's length "
+            "is the square root of the sum of its squared entries"),
     Mistake("only_queries_normalised", lambda q, k: _dot(q / _lengths(q, 1e-8), k),
             "only the queries are divided by their lengths: the key lengths are missing"),
     Mistake("only_keys_normalised", lambda q, k: _dot(q, k / _lengths(k, 1e-8)),
@@ -209,17 +224,25 @@ COSINE_MISTAKES = (
             "your score matrix is transposed: one row per key and one column per query, "
             "but entry (i, j) must score query i against key j"),
     Mistake("cosine_distance", lambda q, k: 1 - scoring.cosine_score(q, k),
-            "you returned one minus the cosine (a distance, small for similar vectors); "
-            "the score is the cosine itself"),
+            "you gave one minus the cosine (a distance, small for similar vectors); the "
+            "score is the cosine itself"),
 )
 
 
 def _cosine_diagnose(case: Case, expected: Any, got: Any) -> str | None:
     pair = _same_structure(expected, got)
-    if pair is not None and float(pair[1].abs().max()) > 1 + 1e-4:
+    if pair is None:
+        return None
+    e, g = pair
+    if float(g.abs().max()) > 1 + 1e-4:
         return (f"a cosine lies between -1 and 1, but one of your scores is "
-                f"{float(pair[1].abs().max()):.4g} in size: is a length missing from the "
-                f"division?")
+                f"{float(g.abs().max()):.4g} in size: is a length missing from the division?")
+    q, k = case.args
+    zero = (q.norm(dim=-1) == 0).unsqueeze(2) | (k.norm(dim=-1) == 0).unsqueeze(1)
+    wrong = ~torch.isclose(g, e, rtol=1e-4, atol=1e-6)
+    if bool(zero.any()) and bool(wrong.any()) and not bool((wrong & ~zero).any()):
+        return ("every score is right except those of the zero vector: it has no direction, "
+                "so its cosine with any vector is 0")
     return _relation(expected, got)
 
 
@@ -262,7 +285,8 @@ LONG_KEY_MISTAKES = (
 def hit_rate_cases() -> list[Case]:
     g = torch.Generator().manual_seed(204)
     cases = []
-    for b, nq, nk, d, noise, hidden in [(6, 3, 3, 4, 0.5, False), (40, 2, 8, 8, 0.3, False),
+    # case 1 tells every known mistake apart, in every part
+    for b, nq, nk, d, noise, hidden in [(12, 3, 3, 4, 1.0, False), (40, 2, 8, 8, 0.3, False),
                                         (30, 4, 4, 6, 1.5, True), (25, 3, 10, 16, 0.8, True)]:
         label = f"B={b}, Nq={nq}, Nk={nk}, d={d}, noise {noise}"
         cases.append(Case(args=long_key_task(g, b, nq, nk, d, noise), label=label,
@@ -296,9 +320,8 @@ def _wrong_axis(scores: torch.Tensor, target: torch.Tensor) -> float:
 HIT_RATE_MISTAKES = (
     Mistake("count_not_rate",
             _rates(lambda s, t: int((s.argmax(dim=-1) == t).sum())),
-            "you returned how many queries hit their target key; the hit rate is that "
-            "number divided by the number of queries (all batch elements together), "
-            "between 0 and 1"),
+            "you gave the number of hits; the hit rate divides it by the number of queries "
+            "of all batch elements together"),
     Mistake("percent", _rates(lambda s, t: 100 * _hit_rate(s, t)),
             "you gave a percentage; the hit rate is a fraction, between 0 and 1"),
     Mistake("miss_rate", _rates(lambda s, t: 1 - _hit_rate(s, t)),
@@ -315,6 +338,10 @@ HIT_RATE_MISTAKES = (
                    .mean().item()),
             "you averaged the attention weight on each query's target key; the hit rate "
             "counts the queries whose largest weight is on their target key"),
+    Mistake("mean_largest_weight",
+            _rates(lambda s, t: torch.softmax(s, dim=-1).amax(dim=-1).mean().item()),
+            "you averaged each query's largest attention weight; the hit rate asks whether "
+            "that largest weight sits on the query's target key"),
 )
 
 
@@ -375,6 +402,10 @@ ADDITIVE_MISTAKES = (
         .squeeze(-1)),
             "you squashed each projection on its own; tanh must act on their sum (applied "
             "separately, the score splits again into a query part plus a key part)"),
+    Mistake("multiplied_projections", _additive_mistake(
+        lambda self, pq, pk: self.w_v(torch.tanh(pq.unsqueeze(2) * pk.unsqueeze(1))).squeeze(-1)),
+            "you multiplied the two projections; the additive score adds them (hence its "
+            "name) and squashes the sum"),
     Mistake("tanh_after_readout", _additive_mistake(
         lambda self, pq, pk: torch.tanh(self.w_v(pq.unsqueeze(2) + pk.unsqueeze(1))).squeeze(-1)),
             "you applied tanh after w_v: it belongs inside, on the sum of the projections, "
@@ -484,6 +515,12 @@ VARIANCE_MISTAKES = (
     Mistake("d_squared", _moments(lambda d, sq, sk: d**2 * sq**2 * sk**2),
             "the d products are independent, so their variances add up to d times the "
             "variance of one product; d squared would need all d products to be equal"),
+    Mistake("fourth_powers", _moments(lambda d, sq, sk: d * sq**4 * sk**4),
+            "sigma_q and sigma_k are standard deviations: each entry's variance is sigma "
+            "squared, not sigma to the fourth power"),
+    Mistake("one_product_only", _moments(lambda d, sq, sk: sq**2 * sk**2),
+            "that is the variance of one product q_i k_i; q . k adds d of them, independent, "
+            "so their variances add"),
     Mistake("divide_by_variance", _moments(_true_variance, _true_variance),
             "dividing by the variance leaves a variance of one over the variance; to bring "
             "the variance to 1, divide by the standard deviation, its square root"),
@@ -611,6 +648,27 @@ HARD_MISTAKES = (
             "you squared the weights: they are the probabilities of one draw, not the "
             "coefficients of a sum of independent terms, so each squared deviation counts "
             "with its probability itself"),
+    Mistake("squared_mean_only", _with_variance(lambda w, v: (w @ v) ** 2),
+            "that is the square of the mean; the variance is the mean of the squared value "
+            "minus it"),
+    Mistake("mean_not_squared", _with_variance(lambda w, v: w @ v**2 - w @ v),
+            "you subtracted the mean itself; the variance subtracts the square of the mean"),
+    Mistake("sample_correction",
+            _with_variance(lambda w, v: (w @ v**2 - (w @ v) ** 2) * v.shape[0] / (v.shape[0] - 1)),
+            "you applied the n - 1 correction of a sample variance; the probabilities here "
+            "are exact, not estimated from samples, so no correction belongs"),
+    Mistake("centred_on_plain_mean",
+            _with_variance(lambda w, v: w @ (v - v.mean(dim=0)) ** 2),
+            "your deviations are measured from the plain average of the values; they must "
+            "be measured from the mean of the draw, the weighted one"),
+    Mistake("independent_keys", _with_variance(lambda w, v: (w * (1 - w)) @ v**2),
+            "you added a variance per key as if each were drawn or not on its own; exactly "
+            "one key is drawn each time, so those events are not independent"),
+    Mistake("summed_over_entries",
+            _with_variance(lambda w, v: (w @ v**2 - (w @ v) ** 2).sum(-1, keepdim=True)
+                           .expand(-1, v.shape[1])),
+            "you added the variances of the entries of the value vectors; the question asks "
+            "for the variance of each entry on its own"),
     Mistake("weights_not_averaged",
             _with_variance(lambda w, v: _centred(w, v).mean(1)),
             "you averaged the squared deviations from the mean with equal weight per key; "
