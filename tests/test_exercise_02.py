@@ -164,6 +164,8 @@ LISTED = [
      "weight on each query's target key"),
     ("q4_hit_rates", _rates(lambda s, t: _softmax(s).max(-1).values.mean()),
      "largest attention weight"),
+    ("q4_hit_rates", _rates(lambda s, t: (s.max(-1).values == t).float().mean()),
+     "rather than the position"),
     # q5: the additive score
     ("q5_additive", _NoTanh, "there is no tanh"),
     ("q5_additive", _Swapped, "transposed"),
@@ -191,6 +193,9 @@ LISTED = [
     ("q8_hard_moments", _moments(lambda s: torch.softmax(s, dim=0),
                                  lambda w, v, m: w @ v**2 - m**2),
      "over the queries"),
+    ("q8_hard_moments", lambda s, v: {"mean": _softmax(s) @ v,
+                                      "variance": v.var(dim=0, keepdim=True).expand(len(s), -1)},
+     "plain sample variance"),
 ]
 
 
@@ -271,7 +276,7 @@ NOT_LISTED = [
     ("q3_predict_long_keys", lambda: {"finds_aligned_key": "cosine"},
      "return a dict with the keys"),
     ("q4_hit_rates", _rates(lambda s, t: (s.argmax(-1) == t).float().mean(-1)),
-     "expected a number, got a tensor of shape (12,)"),
+     "expected a number, got a tensor of shape (16,)"),
     ("q5_additive", _Biased, "do your layers have biases?"),
     ("q5_additive", _ReadoutBias, "do your layers have biases?"),
     ("q5_additive", _OverHidden, "2.828 times too small"),

@@ -286,7 +286,7 @@ def hit_rate_cases() -> list[Case]:
     g = torch.Generator().manual_seed(204)
     cases = []
     # case 1 tells every known mistake apart, in every part
-    for b, nq, nk, d, noise, hidden in [(12, 3, 3, 4, 1.0, False), (40, 2, 8, 8, 0.3, False),
+    for b, nq, nk, d, noise, hidden in [(16, 3, 3, 4, 1.0, False), (40, 2, 8, 8, 0.3, False),
                                         (30, 4, 4, 6, 1.5, True), (25, 3, 10, 16, 0.8, True)]:
         label = f"B={b}, Nq={nq}, Nk={nk}, d={d}, noise {noise}"
         cases.append(Case(args=long_key_task(g, b, nq, nk, d, noise), label=label,
@@ -338,6 +338,9 @@ HIT_RATE_MISTAKES = (
                    .mean().item()),
             "you averaged the attention weight on each query's target key; the hit rate "
             "counts the queries whose largest weight is on their target key"),
+    Mistake("never_hits", _rates(lambda s, t: 0.0),
+            "not one query hits its target in your count: did you compare the largest score "
+            "itself, rather than the position of the key that has it, with the target index?"),
     Mistake("mean_largest_weight",
             _rates(lambda s, t: torch.softmax(s, dim=-1).amax(dim=-1).mean().item()),
             "you averaged each query's largest attention weight; the hit rate asks whether "
@@ -625,6 +628,11 @@ HARD_MISTAKES = (
             lambda s, v: _moments_of(torch.full_like(s, 1 / s.shape[-1]), v),
             "you counted every key equally; the draws follow the attention weights (the "
             "softmax of the scores), not a uniform choice"),
+    Mistake("plain_sample_variance",
+            lambda s, v: {"mean": torch.softmax(s, dim=-1) @ v,
+                          "variance": v.var(dim=0).expand(s.shape[0], -1)},
+            "that is the plain sample variance of the values, every key counted equally; "
+            "each value counts with the probability that its key is drawn"),
     Mistake("raw_scores_as_weights", lambda s, v: _moments_of(s, v),
             "you used the raw scores as probabilities; they can be negative and do not sum "
             "to 1: turn them into weights with a softmax over the keys first"),
