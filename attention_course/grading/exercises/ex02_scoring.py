@@ -118,8 +118,8 @@ def _dot(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 SCALED_DOT_MISTAKES = (
     Mistake("unscaled", _dot,
-            "your scores are sqrt(d) times too large (d is the length of each query and "
-            "key vector): did you forget to divide by sqrt(d)?"),
+            "your scores are sqrt(d) times too large (d is the size of each query and key "
+            "vector, the last axis): did you forget to divide by sqrt(d)?"),
     Mistake("divided_by_d", lambda q, k: _dot(q, k) / q.shape[-1],
             "your scores are divided by d itself, so they come out sqrt(d) times too "
             "small: the scale is the square root of d"),
@@ -780,10 +780,9 @@ EXERCISE = Exercise(
             cases=variance_cases,
             parts={"variance": 1, "divisor": 1},
             mistakes=VARIANCE_MISTAKES,
-            hint=("Write q . k as a sum of d independent products q_i k_i. For independent "
-                  "zero-mean factors the variance of a product is the product of the "
-                  "variances; for independent terms the variance of a sum is the sum of the "
-                  "variances. Dividing by c divides a variance by c squared."),
+            hint=("Follow the chapter's argument with other spreads: q . k is a sum of d "
+                  "independent products, and each product's variance comes from the variances "
+                  "of its two factors. Dividing by c divides a variance by c squared."),
             section=WHY_SQRT_D,
         ),
         Question(
