@@ -54,7 +54,7 @@ def assert_named(result, *phrases: str, points: int = 0) -> None:
 def student_step(states, t, enc_outputs, src_embeddings, src_valid_lens, W_q, W_k, w_v, *,
                  query="previous", keys="enc", values="enc", mask="<", mask_when="before",
                  softmax_dim=1, score="additive", fill=-1e9, keep_3d=False, swap=False,
-                 detach=False, broadcast=False):
+                 detach=False, broadcast=False, mean=False):
     """One attention step written as a learner might: einsum, bmm, a -1e9 fill."""
     index = {"previous": t - 1, "current": t, "last": -1, "first": 0}[query]
     s = states[:, index]
@@ -73,6 +73,8 @@ def student_step(states, t, enc_outputs, src_embeddings, src_valid_lens, W_q, W_
         e = torch.tanh(torch.einsum("bsh,h->bs", hidden, w_v))
     elif score == "scaled":
         e = torch.einsum("bsh,h->bs", torch.tanh(hidden), w_v) / math.sqrt(W_q.shape[0])
+    elif score == "scaled_enc":
+        e = torch.einsum("bsh,h->bs", torch.tanh(hidden), w_v) / enc_outputs.shape[-1] ** 0.5
     else:
         raise ValueError(score)
     pos = torch.arange(e.shape[1]).expand(e.shape[0], -1)
@@ -90,6 +92,8 @@ def student_step(states, t, enc_outputs, src_embeddings, src_valid_lens, W_q, W_
     if mask_when == "after":
         w = w * valid
     c = torch.matmul(w, v) if broadcast else torch.bmm(w.unsqueeze(1), v).squeeze(1)
+    if mean:
+        c = c / e.shape[1]
     if detach:
         c = torch.tensor(c.tolist())
     return (w, c) if swap else (c, w)
@@ -123,7 +127,9 @@ def test_a_differently_written_correct_step_passes():
     ({"broadcast": True}, ["shape (B, B, H_enc)"]),
     ({"score": "tanh_after"}, ["tanh comes after the projection"]),
     ({"score": "sum"}, ["instead of weighting them with the vector w_v"]),
-    ({"score": "scaled"}, ["no such scale"]),
+    ({"score": "scaled"}, ["square root of the hidden size"]),
+    ({"score": "scaled_enc"}, ["square root of the encoder state size"]),
+    ({"mean": True}, ["weighted sum, not a mean"]),
     ({"swap": True}, ["weights first and the context second"]),
 ])
 def test_attention_step_mistakes_are_named(change, phrases):
@@ -364,7 +370,7 @@ def test_padding_leak_says_when_question_1_is_what_fails():
 
 
 # =========================================================================== question 7
-def student_bleu(k, m, r, c, *, clip="min", bp="exp", short_zero=True, over="k"):
+def student_bleu(k, m, r, c, *, clip="min", bp="exp", short_zero=True, over="k", shortest=4):
     def penalty(length):
         ratio = r / length
         return {"exp": 1.0 if length > r else math.exp(1 - ratio), "none": 1.0,
@@ -374,7 +380,7 @@ def student_bleu(k, m, r, c, *, clip="min", bp="exp", short_zero=True, over="k")
 
     matches = {"min": min(k, m), "none": k, "m": m, "r": min(k, r)}[clip]
     repeated = penalty(k) * matches / (k if over == "k" else r)
-    prefix = penalty(c) if (c >= 4 or not short_zero) else 0.0
+    prefix = penalty(c) if (c >= shortest or not short_zero) else 0.0
     return {"repeated": repeated, "prefix": prefix}
 
 
@@ -403,6 +409,7 @@ def test_bleu_reference_agrees_with_corpus_bleu():
     ({"bp": "linear"}, 0, ["length ratio c/r"]),
     ({"bp": "uncapped"}, 1, ["capped at 1"]),
     ({"short_zero": False}, 1, ["no 4-gram at all"]),
+    ({"shortest": 5}, 1, ["exactly 4 words has one 4-gram"]),
     ({"over": "r"}, 1, ["divides by the reference's length"]),
 ])
 def test_bleu_mistakes_are_named(change, points, phrases):

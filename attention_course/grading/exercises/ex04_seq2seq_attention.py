@@ -60,6 +60,7 @@ def _bahdanau(
     softmax_over: str = "source",
     swap: bool = False,
     broadcast: bool = False,
+    mean: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The reference attention step, and (with one keyword changed) each known mistake."""
     query = states[:, query_at(t, states.shape[1] - 1)]  # (B, H_dec)
@@ -71,7 +72,9 @@ def _bahdanau(
         "relu": lambda: torch.relu(features) @ w_v,
         "no_w_v": lambda: torch.tanh(features).sum(-1),
         "tanh_outside": lambda: torch.tanh(features @ w_v),
-        "scaled": lambda: torch.tanh(features) @ w_v / math.sqrt(w_v.shape[0]),
+        "scaled_h": lambda: torch.tanh(features) @ w_v / math.sqrt(w_v.shape[0]),
+        "scaled_enc": lambda: torch.tanh(features) @ w_v / math.sqrt(enc_outputs.shape[-1]),
+        "scaled_dec": lambda: torch.tanh(features) @ w_v / math.sqrt(states.shape[-1]),
         "constant": lambda: torch.zeros_like(features[..., 0]),
     }[score]()  # (B, S)
     length = enc_outputs.shape[1]
@@ -93,6 +96,8 @@ def _bahdanau(
             weights = weights.masked_fill(~real, 0.0)
     pooled = enc_outputs if values == "encoder" else src_embeddings
     context = weights @ pooled if broadcast else (weights[:, :, None] * pooled).sum(dim=1)
+    if mean:
+        context = context / length
     return (weights, context) if swap else (context, weights)
 
 
@@ -244,9 +249,18 @@ Q1 = Question(
         Mistake("no_w_v", partial(_bahdanau, score="no_w_v"),
                 "your scores add up the features of the hidden layer instead of weighting "
                 "them with the vector w_v"),
-        Mistake("scaled", partial(_bahdanau, score="scaled"),
-                "your scores are divided by the square root of a size; the additive score "
-                "has no such scale (that belongs to the scaled dot product)"),
+        Mistake("scaled", partial(_bahdanau, score="scaled_h"),
+                "your scores are divided by the square root of the hidden size; the additive "
+                "score has no such scale (that belongs to the scaled dot product)"),
+        Mistake("scaled_by_encoder_size", partial(_bahdanau, score="scaled_enc"),
+                "your scores are divided by the square root of the encoder state size; the "
+                "additive score has no such scale (that belongs to the scaled dot product)"),
+        Mistake("scaled_by_decoder_size", partial(_bahdanau, score="scaled_dec"),
+                "your scores are divided by the square root of the decoder state size; the "
+                "additive score has no such scale (that belongs to the scaled dot product)"),
+        Mistake("context_mean", partial(_bahdanau, mean=True),
+                "your context is divided by the number of source positions: the weights "
+                "already sum to 1, so the context is their weighted sum, not a mean"),
         Mistake("uniform", partial(_bahdanau, score="constant"),
                 "your weights are uniform over the real positions, whatever the query: the "
                 "scores never reached the softmax"),
@@ -599,7 +613,7 @@ def padding_leak_cases() -> list[Case]:
             torch.randn(1, length, e, generator=g, dtype=torch.float64),
             torch.randn(h, h_dec, generator=g, dtype=torch.float64) * 0.8,
             torch.randn(h, h_enc, generator=g, dtype=torch.float64) * 0.8,
-            torch.randn(h, generator=g, dtype=torch.float64) * 1.5,
+            torch.randn(h, generator=g, dtype=torch.float64) * 0.5,
             pads,
         )
         cases.append(Case(args=args, hidden=hidden,
@@ -643,7 +657,8 @@ Q6 = Question(
 
 # =========================================================================== question 7
 def _bleu_parts(k: int, m: int, r: int, c: int, *, clip: bool | str = True, brevity: str = "exp",
-                zero_order: bool = True, precision_over: str = "candidate") -> dict[str, float]:
+                zero_order: bool | str = True,
+                precision_over: str = "candidate") -> dict[str, float]:
     def penalty(cand_len: int) -> float:
         if brevity == "none":
             return 1.0
@@ -658,7 +673,7 @@ def _bleu_parts(k: int, m: int, r: int, c: int, *, clip: bool | str = True, brev
     matches = {True: min(k, m), False: k, "m": m, "r": min(k, r)}[clip]
     p1 = matches / (k if precision_over == "candidate" else r)
     repeated = penalty(k) * p1
-    prefix = 0.0 if (c < 4 and zero_order) else penalty(c)
+    prefix = 0.0 if (c < 4 and zero_order) or (c <= 4 and zero_order == "four") else penalty(c)
     return {"repeated": repeated, "prefix": prefix}
 
 
@@ -675,6 +690,7 @@ def bleu_cases() -> list[Case]:
         Case(args=(12, 5, 9, 9), hidden=True),
         Case(args=(2, 1, 5, 2), hidden=True),
         Case(args=(3, 5, 8, 6), hidden=True),
+        Case(args=(5, 2, 7, 4), hidden=True),
     ]
 
 
@@ -714,6 +730,9 @@ Q7 = Question(
         Mistake("short_prefix_not_zero", partial(_bleu_parts, zero_order=False),
                 "a candidate of fewer than 4 words has no 4-gram at all, so p_4 is 0 and, "
                 "without smoothing, BLEU is 0"),
+        Mistake("four_words_zero", partial(_bleu_parts, zero_order="four"),
+                "a candidate of exactly 4 words has one 4-gram, and it matches, so p_4 is 1 "
+                "and BLEU is not 0"),
         Mistake("recall", partial(_bleu_parts, precision_over="reference"),
                 "your precision divides by the reference's length; BLEU's precision divides "
                 "the clipped matches by the number of n-grams in the candidate"),
