@@ -54,10 +54,14 @@ def assert_named(result, *phrases: str, points: int = 0) -> None:
 def student_step(states, t, enc_outputs, src_embeddings, src_valid_lens, W_q, W_k, w_v, *,
                  query="previous", keys="enc", values="enc", mask="<", mask_when="before",
                  softmax_dim=1, score="additive", fill=-1e9, keep_3d=False, swap=False,
-                 detach=False, broadcast=False, mean=False):
+                 detach=False, broadcast=False, mean=False, projections="right"):
     """One attention step written as a learner might: einsum, bmm, a -1e9 fill."""
     index = {"previous": t - 1, "current": t, "last": -1, "first": 0}[query]
     s = states[:, index]
+    if projections == "swapped":
+        W_q, W_k = W_k, W_q
+    elif projections == "untransposed":  # x @ W where W x was meant
+        W_q, W_k = W_q.T, W_k.T
     k = enc_outputs if keys == "enc" else src_embeddings
     v = enc_outputs if values == "enc" else src_embeddings
     hidden = torch.einsum("hd,bd->bh", W_q, s)[:, None, :] + torch.einsum("he,bse->bsh", W_k, k)
@@ -124,11 +128,13 @@ def test_a_differently_written_correct_step_passes():
     ({"keep_3d": True, "fill": float("-inf")}, ["axis of length one"]),
     ({"score": "no_tanh"}, ["miss the tanh"]),
     ({"score": "relu"}, ["uses a ReLU"]),
+    ({"projections": "swapped"}, ["query goes through W_k"]),
+    ({"projections": "untransposed"}, ["the wrong way round (their transposes)"]),
     ({"broadcast": True}, ["shape (B, B, H_enc)"]),
     ({"score": "tanh_after"}, ["tanh comes after the projection"]),
     ({"score": "sum"}, ["instead of weighting them with the vector w_v"]),
-    ({"score": "scaled"}, ["square root of the hidden size"]),
-    ({"score": "scaled_enc"}, ["square root of the encoder state size"]),
+    ({"score": "scaled"}, ["square root of a size"]),
+    ({"score": "scaled_enc"}, ["square root of a size"]),
     ({"mean": True}, ["weighted sum, not a mean"]),
     ({"swap": True}, ["weights first and the context second"]),
 ])

@@ -59,12 +59,17 @@ def _bahdanau(
     mask: str = "before",
     softmax_over: str = "source",
     swap: bool = False,
+    projections: str = "right",
     broadcast: bool = False,
     mean: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The reference attention step, and (with one keyword changed) each known mistake."""
     query = states[:, query_at(t, states.shape[1] - 1)]  # (B, H_dec)
     key_vectors = enc_outputs if keys == "encoder" else src_embeddings
+    if projections == "swapped":
+        W_q, W_k = W_k, W_q
+    elif projections == "untransposed":
+        W_q, W_k = W_q.T, W_k.T
     features = (query @ W_q.T)[:, None, :] + key_vectors @ W_k.T  # (B, S, h)
     scores = {
         "additive": lambda: torch.tanh(features) @ w_v,
@@ -72,9 +77,7 @@ def _bahdanau(
         "relu": lambda: torch.relu(features) @ w_v,
         "no_w_v": lambda: torch.tanh(features).sum(-1),
         "tanh_outside": lambda: torch.tanh(features @ w_v),
-        "scaled_h": lambda: torch.tanh(features) @ w_v / math.sqrt(w_v.shape[0]),
-        "scaled_enc": lambda: torch.tanh(features) @ w_v / math.sqrt(enc_outputs.shape[-1]),
-        "scaled_dec": lambda: torch.tanh(features) @ w_v / math.sqrt(states.shape[-1]),
+        "scaled": lambda: torch.tanh(features) @ w_v / math.sqrt(w_v.shape[0]),
         "constant": lambda: torch.zeros_like(features[..., 0]),
     }[score]()  # (B, S)
     length = enc_outputs.shape[1]
@@ -110,15 +113,18 @@ def attention_step_cases() -> list[Case]:
     g = torch.Generator().manual_seed(4101)
     cases = []
     # (B, T, t, S, H_dec, H_enc, E, hidden, valid lengths, hidden?)
-    # E = H_enc, so that the embeddings could (wrongly) stand in for the encoder states
-    for b, big_t, t, s, h_dec, h_enc, e, h, lens, hidden in [
-        (2, 3, 2, 5, 4, 6, 6, 5, [5, 3], False),
-        (3, 4, 1, 4, 5, 3, 3, 4, [1, 4, 2], False),
-        (2, 3, 3, 6, 3, 4, 4, 6, [6, 4], False),
-        (3, 5, 3, 6, 3, 5, 5, 4, [6, 2, 4], True),
-        (2, 4, 4, 7, 6, 4, 4, 3, [7, 5], True),
-        (1, 2, 1, 3, 2, 2, 2, 2, [3], True),
+    # One size d for H_dec, H_enc, E and h, as in the chapter (64 for all): then every
+    # known mistake computes (embeddings in place of encoder states, the two projections
+    # swapped or not transposed) and can be named, instead of raising a shape error.
+    for b, big_t, t, s, d, lens, hidden in [
+        (2, 3, 2, 5, 4, [5, 3], False),
+        (3, 4, 1, 4, 5, [1, 4, 2], False),
+        (2, 3, 3, 6, 3, [6, 4], False),
+        (3, 5, 3, 6, 5, [6, 2, 4], True),
+        (2, 4, 4, 7, 6, [7, 5], True),
+        (1, 2, 1, 3, 2, [3], True),
     ]:
+        h_dec = h_enc = e = h = d
         lens_t = torch.tensor(lens)
         real = (torch.arange(s) < lens_t[:, None])[:, :, None]
         # float64 throughout, so that gradients compare without float32 rounding noise;
@@ -135,8 +141,7 @@ def attention_step_cases() -> list[Case]:
             torch.randn(h, h_enc, generator=g, dtype=torch.float64) * 0.8,
             torch.randn(h, generator=g, dtype=torch.float64) * 1.5,
         )
-        label = (f"B={b}, T={big_t}, t={t}, S={s}, H_dec={h_dec}, H_enc={h_enc}, E={e}, "
-                 f"valid lengths {lens}")
+        label = f"B={b}, T={big_t}, t={t}, S={s}, all sizes {d}, valid lengths {lens}"
         cases.append(Case(args=args, label=label, hidden=hidden))
     return cases
 
@@ -240,6 +245,13 @@ Q1 = Question(
         Mistake("no_tanh", partial(_bahdanau, score="no_tanh"),
                 "your scores miss the tanh between the sum of the two projections and the "
                 "final projection by w_v"),
+        Mistake("projections_swapped", partial(_bahdanau, projections="swapped"),
+                "your query goes through W_k and the encoder states through W_q: W_q "
+                "projects the decoder state, W_k the encoder states"),
+        Mistake("projections_untransposed", partial(_bahdanau, projections="untransposed"),
+                "your projections use W_q and W_k the wrong way round (their transposes): "
+                "W_q has one row per hidden unit and one column per feature of the state, "
+                "so the hidden features are W_q times the state"),
         Mistake("relu", partial(_bahdanau, score="relu"),
                 "your hidden layer uses a ReLU (the MLP score of chapter 2); the additive "
                 "score squashes it with tanh"),
@@ -249,15 +261,10 @@ Q1 = Question(
         Mistake("no_w_v", partial(_bahdanau, score="no_w_v"),
                 "your scores add up the features of the hidden layer instead of weighting "
                 "them with the vector w_v"),
-        Mistake("scaled", partial(_bahdanau, score="scaled_h"),
-                "your scores are divided by the square root of the hidden size; the additive "
-                "score has no such scale (that belongs to the scaled dot product)"),
-        Mistake("scaled_by_encoder_size", partial(_bahdanau, score="scaled_enc"),
-                "your scores are divided by the square root of the encoder state size; the "
-                "additive score has no such scale (that belongs to the scaled dot product)"),
-        Mistake("scaled_by_decoder_size", partial(_bahdanau, score="scaled_dec"),
-                "your scores are divided by the square root of the decoder state size; the "
-                "additive score has no such scale (that belongs to the scaled dot product)"),
+        Mistake("scaled", partial(_bahdanau, score="scaled"),
+                "your scores are divided by the square root of a size (of the states or of "
+                "the hidden layer); the additive score has no such scale (that belongs to the "
+                "scaled dot product)"),
         Mistake("context_mean", partial(_bahdanau, mean=True),
                 "your context is divided by the number of source positions: the weights "
                 "already sum to 1, so the context is their weighted sum, not a mean"),
@@ -600,12 +607,13 @@ def padding_leak(states, t, enc_outputs, src_embeddings, W_q, W_k, w_v, num_pads
 def padding_leak_cases() -> list[Case]:
     g = torch.Generator().manual_seed(4601)
     cases = []
-    for big_t, t, length, h_dec, h_enc, e, h, pads, hidden in [
-        (3, 1, 4, 4, 6, 5, 5, 6, False),  # Tom chases Jerry <eos>, batched with a 10-token source
-        (4, 3, 5, 3, 4, 4, 6, 2, False),
-        (5, 2, 3, 5, 5, 3, 4, 17, True),
-        (2, 2, 6, 4, 3, 4, 3, 9, True),
+    for big_t, t, length, d, pads, hidden in [
+        (3, 1, 4, 5, 6, False),  # Tom chases Jerry <eos>, batched with a 10-token source
+        (4, 3, 5, 4, 2, False),
+        (5, 2, 3, 5, 17, True),
+        (2, 2, 6, 3, 9, True),
     ]:
+        h_dec = h_enc = e = h = d  # as in question 1
         args = (
             torch.randn(1, big_t + 1, h_dec, generator=g, dtype=torch.float64),
             t,
