@@ -1,152 +1,755 @@
 """Exercise 4: attention in encoder-decoder models (chapter 4).
 
-The references are the package's own code: chapter 4's ``seq2seq`` (BLEU), built on
-chapter 2's additive score and chapter 3's masked softmax, exactly as
-``seq2seq.AttentionDecoder.attend`` uses them.
+Seven questions, one of each kind at least:
+
+1. ``attention_step`` (implement): one step of Bahdanau's decoder attention, recomputed
+   from a finished teacher-forced pass: which state is the query, which tensors are the
+   values, padding masked. Gradients must flow.
+2. ``luong_step`` (debug): a broken version of Luong's "general" attention to fix: the
+   current state is the query, the score is bilinear, the softmax runs over the source.
+3. ``long_sentence_prediction`` (predict): which model loses more on long sentences, and
+   where a bigger fixed context would help; the notebook then shows measured numbers.
+4. ``attention_score_counts`` (derive): how many attention scores one teacher-forced
+   batch computes, and how many of them reach the loss.
+5. ``padding_prediction`` (predict): what an unmasked softmax does to a short sentence's
+   context when its batch is padded.
+6. ``padding_leak`` (experiment): measure it with your own ``attention_step``.
+7. ``bleu_by_hand`` (derive): BLEU of two degenerate translations (clipping, the
+   brevity penalty, a missing n-gram order).
+
+The references use the package's own pieces (chapter 3's ``masked_softmax``; the BLEU
+references follow ``seq2seq.corpus_bleu``, which the tests compare them with). Every
+known mistake is a variant of the reference with one idea changed, so its message can
+say which idea.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
 
-from attention_course import seq2seq
-from attention_course.grading.compare import rows_sum_to_one
-from attention_course.grading.spec import Case, Exercise, Question
+from attention_course.grading.spec import Case, Exercise, Mistake, Question
 from attention_course.masking import masked_softmax
-from attention_course.scoring import AdditiveScore
+
+SECTION_CORPUS = "4.1 A parallel corpus made in code"
+SECTION_ATTENTION = "4.3 Attention: a new context for every output word"
+SECTION_BY_HAND = "One decoder step, by hand"
+SECTION_SCORES = "4.5 Translating, and scoring the translations"
 
 
-def _context_vectors(weights: torch.Tensor, enc_outputs: torch.Tensor) -> torch.Tensor:
-    return weights @ enc_outputs
+# =========================================================================== question 1
+def _bahdanau(
+    states: torch.Tensor,
+    t: int,
+    enc_outputs: torch.Tensor,
+    src_embeddings: torch.Tensor,
+    src_valid_lens: torch.Tensor,
+    W_q: torch.Tensor,
+    W_k: torch.Tensor,
+    w_v: torch.Tensor,
+    *,
+    query_at: Callable[[int, int], int] = lambda t, last: t - 1,
+    keys: str = "encoder",
+    values: str = "encoder",
+    score: str = "additive",
+    mask: str = "before",
+    softmax_over: str = "source",
+    swap: bool = False,
+    projections: str = "right",
+    broadcast: bool = False,
+    mean: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference attention step, and (with one keyword changed) each known mistake."""
+    query = states[:, query_at(t, states.shape[1] - 1)]  # (B, H_dec)
+    key_vectors = enc_outputs if keys == "encoder" else src_embeddings
+    if projections == "swapped":
+        W_q, W_k = W_k, W_q
+    elif projections == "untransposed":
+        W_q, W_k = W_q.T, W_k.T
+    features = (query @ W_q.T)[:, None, :] + key_vectors @ W_k.T  # (B, S, h)
+    scores = {
+        "additive": lambda: torch.tanh(features) @ w_v,
+        "no_tanh": lambda: features @ w_v,
+        "relu": lambda: torch.relu(features) @ w_v,
+        "no_w_v": lambda: torch.tanh(features).sum(-1),
+        "tanh_outside": lambda: torch.tanh(features @ w_v),
+        "scaled": lambda: torch.tanh(features) @ w_v / math.sqrt(w_v.shape[0]),
+        "constant": lambda: torch.zeros_like(features[..., 0]),
+    }[score]()  # (B, S)
+    length = enc_outputs.shape[1]
+    if mask == "before" and softmax_over == "source":
+        weights = masked_softmax(scores[:, None, :], src_valid_lens)[:, 0]
+    else:
+        shift = {"before": 0, "after": 0, "none": 0, "inverted": 0, "one_more": 1,
+                 "one_less": -1}[mask]
+        real = torch.arange(length) < (src_valid_lens[:, None] + shift)
+        if mask == "inverted":
+            real = ~real
+        if mask not in ("after", "none"):
+            scores = scores.masked_fill(~real, float("-inf"))
+        if softmax_over == "batch":
+            weights = torch.softmax(scores, dim=0)
+        else:
+            weights = torch.softmax(scores, dim=-1)
+        if mask == "after":
+            weights = weights.masked_fill(~real, 0.0)
+    pooled = enc_outputs if values == "encoder" else src_embeddings
+    context = weights @ pooled if broadcast else (weights[:, :, None] * pooled).sum(dim=1)
+    if mean:
+        context = context / length
+    return (weights, context) if swap else (context, weights)
 
 
-def _source_padding_weights(scores: torch.Tensor, src: torch.Tensor, pad_id: int) -> torch.Tensor:
-    return masked_softmax(scores, (src != pad_id).sum(dim=1))
+def attention_step(states, t, enc_outputs, src_embeddings, src_valid_lens, W_q, W_k, w_v):
+    """Reference for question 1: ``(context (B, H_enc), weights (B, S))``."""
+    return _bahdanau(states, t, enc_outputs, src_embeddings, src_valid_lens, W_q, W_k, w_v)
 
 
-class _BahdanauAttention(AdditiveScore):
-    """Reference for question 3: the additive score, a masked softmax, a weighted sum."""
-
-    def forward(  # type: ignore[override]
-        self, query: torch.Tensor, enc_outputs: torch.Tensor, src_valid_lens: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        weights = masked_softmax(super().forward(query.unsqueeze(1), enc_outputs), src_valid_lens)
-        return (weights @ enc_outputs).squeeze(1), weights.squeeze(1)
-
-
-def _padded_source_gets_no_weight(case: Case, expected: Any, got: Any) -> str | None:
-    """A ``diagnose`` hook: name the first padded source position that got weight."""
-    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-        return None
-    src, pad_id = case.args[1], case.args[2]
-    padded = (src == pad_id)[:, None, :].expand_as(got)
-    leak = padded & (got.detach().double().abs() > 1e-6)
-    if bool(leak.any()):
-        b, t, s = (int(i) for i in leak.nonzero()[0])
-        return (
-            f"sentence {b}, output step {t} gives weight {got[b, t, s].item():.3g} to source "
-            f"position {s}, which is <pad>: padded positions must get exactly 0"
-        )
-    return rows_sum_to_one()(case, expected, got)
-
-
-def context_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(401)
+def attention_step_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(4101)
     cases = []
-    for b, t, s, h in [(2, 3, 4, 5), (1, 1, 6, 3), (3, 2, 5, 8)]:
-        weights = torch.softmax(torch.randn(b, t, s, generator=g) * 2, dim=-1)
-        weights[0, :, -1] = 0.0  # a padded position in the first sentence
-        weights = weights / weights.sum(-1, keepdim=True)
-        cases.append(
-            Case(
-                args=(weights, torch.randn(b, s, h, generator=g)),
-                label=f"B={b}, T={t}, S={s}, H={h}",
-            )
+    # (B, T, t, S, H_dec, H_enc, E, hidden, valid lengths, hidden?)
+    # One size d for H_dec, H_enc, E and h, as in the chapter (64 for all): then every
+    # known mistake computes (embeddings in place of encoder states, the two projections
+    # swapped or not transposed) and can be named, instead of raising a shape error.
+    for b, big_t, t, s, d, lens, hidden in [
+        (2, 3, 2, 5, 4, [5, 3], False),
+        (3, 4, 1, 4, 5, [1, 4, 2], False),
+        (2, 3, 3, 6, 3, [6, 4], False),
+        (3, 5, 3, 6, 5, [6, 2, 4], True),
+        (2, 4, 4, 7, 6, [7, 5], True),
+        (1, 2, 1, 3, 2, [3], True),
+    ]:
+        h_dec = h_enc = e = h = d
+        lens_t = torch.tensor(lens)
+        real = (torch.arange(s) < lens_t[:, None])[:, :, None]
+        # float64 throughout, so that gradients compare without float32 rounding noise;
+        # zero at padding, as the encoder gives (and <pad> embeds to zero)
+        enc = torch.randn(b, s, h_enc, generator=g, dtype=torch.float64) * real
+        emb = torch.randn(b, s, e, generator=g, dtype=torch.float64) * real
+        args = (
+            torch.randn(b, big_t + 1, h_dec, generator=g, dtype=torch.float64),
+            t,
+            enc,
+            emb,
+            lens_t,
+            torch.randn(h, h_dec, generator=g, dtype=torch.float64) * 0.8,
+            torch.randn(h, h_enc, generator=g, dtype=torch.float64) * 0.8,
+            torch.randn(h, generator=g, dtype=torch.float64) * 1.5,
         )
+        label = f"B={b}, T={big_t}, t={t}, S={s}, all sizes {d}, valid lengths {lens}"
+        cases.append(Case(args=args, label=label, hidden=hidden))
     return cases
 
 
-def padding_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(402)
+def _padding_gets_weight(lens_at: int) -> Callable[[Case, Any, Any], str | None]:
+    """A ``diagnose`` hook for an answer ``(context, weights)`` whose valid lengths are
+    argument ``lens_at``: it names a softmax over an axis of length one, a padded position
+    that got weight, a real position that got none, or a row that does not sum to 1."""
+
+    def diagnose(case: Case, expected: Any, got: Any) -> str | None:
+        try:
+            return _weights_problem(got["output"][1], expected["output"][1],
+                                    case.args[lens_at])
+        except (KeyError, IndexError, TypeError):
+            return None
+
+    return diagnose
+
+
+def _weights_problem(weights: Any, expected_weights: torch.Tensor,
+                     lens: torch.Tensor) -> str | None:
+    if not isinstance(weights, torch.Tensor) or weights.shape != expected_weights.shape:
+        return None
+    w = weights.detach().double()
+    padded = torch.arange(w.shape[1]) >= lens[:, None]
+    if bool((lens > 1).any()) and bool(((w - 1).abs() < 1e-6)[~padded].all()):
+        return ("every real weight is 1: your softmax ran over an axis of length one (the "
+                "single query), not over the source positions")
+    leak = padded & (w.abs() > 1e-6)
+    if bool(leak.any()):
+        b, j = (int(i) for i in leak.nonzero()[0])
+        return (f"sentence {b} gives weight {w[b, j].item():.3g} to source position {j}, "
+                f"which is padding (its valid length is {int(lens[b])}): padded positions "
+                f"must get exactly 0")
+    expected_w = expected_weights.detach().double()
+    dropped = ~padded & (w.abs() <= 1e-12) & (expected_w > 1e-9)
+    if bool(dropped.any()):
+        b, j = (int(i) for i in dropped.nonzero()[0])
+        return (f"sentence {b} gives no weight to source position {j}, which is real (its "
+                f"valid length is {int(lens[b])}): only positions at or after the valid "
+                f"length are padding")
+    sums = w.sum(dim=1)
+    bad = (sums - 1).abs() > 1e-3
+    if bool(bad.any()):
+        b = int(bad.nonzero()[0])
+        return (f"the weights of sentence {b} sum to {sums[b].item():.3g}; each sentence's "
+                f"weights are a softmax over its own source positions and sum to 1")
+    return None
+
+
+Q1 = Question(
+    id="q1_step",
+    symbol="attention_step",
+    title="One step of Bahdanau's attention, recomputed",
+    kind="implement",
+    points=4,
+    reference=attention_step,
+    cases=attention_step_cases,
+    grad=True,
+    diagnose=_padding_gets_weight(4),
+    mistakes=(
+        Mistake("current_state", partial(_bahdanau, query_at=lambda t, last: t),
+                "your query is the decoder state s_t, the one step t produces; in Bahdanau's "
+                "decoder the context of step t is an input of that step, so the query is the "
+                "previous state s_(t-1)"),
+        Mistake("last_state", partial(_bahdanau, query_at=lambda t, last: last),
+                "your query is the last state s_T for every step; the query of step t is the "
+                "previous state s_(t-1), different for every output word"),
+        Mistake("first_state", partial(_bahdanau, query_at=lambda t, last: 0),
+                "your query is s_0 whatever the step: right only at t = 1; at step t the "
+                "query is the previous state s_(t-1)"),
+        Mistake("embeddings_as_values", partial(_bahdanau, values="embeddings"),
+                "your weights are right but the context is a blend of the source embeddings "
+                "x_j; the values are the encoder states h_j, the same vectors as the keys"),
+        Mistake("embeddings_as_keys", partial(_bahdanau, keys="embeddings"),
+                "your scores compare the query with the source embeddings x_j; the keys are "
+                "the encoder states h_j, which know the words around each position"),
+        Mistake("embeddings_as_keys_and_values",
+                partial(_bahdanau, keys="embeddings", values="embeddings"),
+                "you attend over the source embeddings x_j (as keys and as values); the "
+                "decoder attends over the encoder states h_j"),
+        Mistake("no_mask", partial(_bahdanau, mask="none"),
+                "padded source positions get weight: the softmax must run over the real "
+                "positions only, those before each sentence's valid length"),
+        Mistake("mask_one_too_many", partial(_bahdanau, mask="one_more"),
+                "the first padded position of each short sentence still gets weight: a "
+                "sentence of valid length L keeps positions 0 to L-1 only (counting from 0)"),
+        Mistake("mask_one_too_few", partial(_bahdanau, mask="one_less"),
+                "your mask also removes the last real position (the source's end-of-sentence "
+                "token): a valid length L keeps positions 0 to L-1, counting from 0"),
+        Mistake("mask_inverted", partial(_bahdanau, mask="inverted"),
+                "your mask keeps the padded positions and removes the real ones (a sentence "
+                "without padding gets no position at all, hence NaN): the positions to keep "
+                "are those before the valid length"),
+        Mistake("mask_after_softmax", partial(_bahdanau, mask="after"),
+                "the padded positions get 0, but the weights of a padded sentence no longer "
+                "sum to 1: remove the padded positions before the softmax, not after it"),
+        Mistake("softmax_over_batch", partial(_bahdanau, softmax_over="batch"),
+                "your softmax normalises across the sentences of the batch (for each source "
+                "position) instead of across the source positions of each sentence"),
+        Mistake("no_tanh", partial(_bahdanau, score="no_tanh"),
+                "your scores miss the tanh between the sum of the two projections and the "
+                "final projection by w_v"),
+        Mistake("projections_swapped", partial(_bahdanau, projections="swapped"),
+                "your query goes through W_k and the encoder states through W_q: W_q "
+                "projects the decoder state, W_k the encoder states"),
+        Mistake("projections_untransposed", partial(_bahdanau, projections="untransposed"),
+                "your projections use W_q and W_k the wrong way round (their transposes): "
+                "W_q has one row per hidden unit and one column per feature of the state, "
+                "so the hidden features are W_q times the state"),
+        Mistake("relu", partial(_bahdanau, score="relu"),
+                "your hidden layer uses a ReLU (the MLP score of chapter 2); the additive "
+                "score squashes it with tanh"),
+        Mistake("tanh_outside", partial(_bahdanau, score="tanh_outside"),
+                "your tanh comes after the projection by w_v; it belongs inside, on the "
+                "hidden features, before w_v turns them into one number"),
+        Mistake("no_w_v", partial(_bahdanau, score="no_w_v"),
+                "your scores add up the features of the hidden layer instead of weighting "
+                "them with the vector w_v"),
+        Mistake("scaled", partial(_bahdanau, score="scaled"),
+                "your scores are divided by the square root of a size (of the states or of "
+                "the hidden layer); the additive score has no such scale (that belongs to the "
+                "scaled dot product)"),
+        Mistake("context_mean", partial(_bahdanau, mean=True),
+                "your context is divided by the number of source positions: the weights "
+                "already sum to 1, so the context is their weighted sum, not a mean"),
+        Mistake("uniform", partial(_bahdanau, score="constant"),
+                "your weights are uniform over the real positions, whatever the query: the "
+                "scores never reached the softmax"),
+        Mistake("context_broadcast", partial(_bahdanau, broadcast=True),
+                "your context has shape (B, B, H_enc): a matrix product of the (B, S) weights "
+                "with the (B, S, H_enc) states pairs every sentence's weights with every "
+                "sentence's states; weight each sentence's own states and sum over its "
+                "source positions"),
+        Mistake("swapped_outputs", partial(_bahdanau, swap=True),
+                "you give back the weights first and the context second; the answer is the "
+                "pair (context, weights)"),
+    ),
+    hint="The query is what the decoder knew before writing word t; the keys and the values "
+         "are the same vectors; the padded positions are taken out before the softmax, not "
+         "after it.",
+    section=SECTION_ATTENTION,
+)
+
+
+# =========================================================================== question 2
+def _luong(
+    states: torch.Tensor,
+    t: int,
+    enc_outputs: torch.Tensor,
+    src_valid_lens: torch.Tensor,
+    W: torch.Tensor,
+    *,
+    current: bool = True,
+    general: bool = True,
+    softmax_dim: int = -1,
+    transposed: bool = False,
+    scaled: bool = False,
+    inverted_mask: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference Luong step, and (with keywords changed) its bugs and half-fixes."""
+    query = states[:, t] if current else states[:, t - 1]  # (B, H)
+    if general:
+        matrix = W.T if transposed else W
+        keys = enc_outputs @ matrix.T  # row j holds W h_j (or W^T h_j)
+    else:
+        keys = enc_outputs
+    scores = (keys @ query[:, :, None]).squeeze(-1)  # (B, S): s^T W h_j
+    if scaled:
+        scores = scores / math.sqrt(query.shape[-1])
+    real = torch.arange(enc_outputs.shape[1]) < src_valid_lens[:, None]
+    if inverted_mask:
+        real = ~real
+    if softmax_dim == -1 and not inverted_mask:
+        weights = masked_softmax(scores[:, None, :], src_valid_lens)[:, 0]
+    else:
+        weights = torch.softmax(scores.masked_fill(~real, float("-inf")), dim=softmax_dim)
+    return (weights[:, :, None] * enc_outputs).sum(dim=1), weights
+
+
+def luong_step(states, t, enc_outputs, src_valid_lens, W):
+    """Reference for question 2: ``(context (B, H), weights (B, S))``."""
+    return _luong(states, t, enc_outputs, src_valid_lens, W)
+
+
+def luong_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(4201)
+    cases = []
+    for b, big_t, t, s, h, lens, hidden in [
+        (2, 3, 2, 5, 4, [5, 3], False),
+        (3, 4, 4, 4, 3, [2, 4, 1], False),
+        (3, 5, 4, 6, 5, [3, 6, 2], True),
+        (2, 2, 2, 4, 6, [4, 4], True),
+    ]:
+        lens_t = torch.tensor(lens)
+        real = (torch.arange(s) < lens_t[:, None])[:, :, None]
+        args = (
+            torch.randn(b, big_t + 1, h, generator=g, dtype=torch.float64),
+            t,
+            torch.randn(b, s, h, generator=g, dtype=torch.float64) * real,
+            lens_t,
+            torch.randn(h, h, generator=g, dtype=torch.float64) * 0.7,
+        )
+        cases.append(Case(args=args, label=f"B={b}, T={big_t}, t={t}, S={s}, H={h}, valid "
+                                           f"lengths {lens}", hidden=hidden))
+    return cases
+
+
+_PREVIOUS = "the query is still the previous state s_(t-1); Luong attends after the RNN step, " \
+            "with the current state s_t"
+_DOT = "the score is still a plain dot product; the 'general' score puts the matrix W " \
+       "between the decoder state and the encoder state"
+_BATCH = "the softmax still normalises across the batch; each sentence's weights must be a " \
+         "softmax over its own source positions"
+
+Q2 = Question(
+    id="q2_luong",
+    symbol="luong_step",
+    title="Debug: Luong's attention with the 'general' score",
+    kind="debug",
+    points=3,
+    reference=luong_step,
+    cases=luong_cases,
+    grad=True,
+    diagnose=_padding_gets_weight(3),
+    mistakes=(
+        Mistake("unchanged", partial(_luong, current=False, general=False, softmax_dim=0),
+                "this is the code as it was given: all three bugs are still there (which "
+                "state is the query, how the score is computed, over which axis the softmax "
+                "normalises)"),
+        Mistake("previous_and_dot", partial(_luong, current=False, general=False),
+                "the softmax is fixed, two bugs remain: " + _PREVIOUS + "; and " + _DOT),
+        Mistake("previous_and_batch", partial(_luong, current=False, softmax_dim=0),
+                "the score is fixed, two bugs remain: " + _PREVIOUS + "; and " + _BATCH),
+        Mistake("dot_and_batch", partial(_luong, general=False, softmax_dim=0),
+                "the query is fixed, two bugs remain: " + _DOT + "; and " + _BATCH),
+        Mistake("previous", partial(_luong, current=False), "one bug remains: " + _PREVIOUS),
+        Mistake("dot", partial(_luong, general=False), "one bug remains: " + _DOT),
+        Mistake("batch", partial(_luong, softmax_dim=0), "one bug remains: " + _BATCH),
+        Mistake("transposed", partial(_luong, transposed=True),
+                "W is used the wrong way round: the score is the decoder state, times W, "
+                "times the encoder state (the rows of W belong to the decoder side)"),
+        Mistake("mask_changed", partial(_luong, inverted_mask=True),
+                "the mask was right, and now it keeps the padded positions and removes the "
+                "real ones (a sentence without padding gets NaN): leave the mask as given"),
+        Mistake("scaled", partial(_luong, scaled=True),
+                "your scores are divided by the square root of the state size; Luong's "
+                "'general' score has no such scale (that belongs to the Transformer's "
+                "scaled dot product)"),
+    ),
+    hint="Compare each line with the description above the code: which state is the query, "
+         "what the 'general' score multiplies, and which axis of the scores runs over the "
+         "source positions.",
+    section=SECTION_ATTENTION,
+)
+
+
+# =========================================================================== question 3
+LONG_CHOICES = ("fixed context", "attention", "both about the same",
+                "short sentences", "long sentences", "nowhere")
+LONG_ANSWER = {"drops_more": "fixed context", "bigger_state": "long sentences"}
+
+
+def _predict(qid: str, symbol: str, title: str, answer: dict[str, str],
+             choices: tuple[str, ...], explain: dict[tuple[str, str], str], hint: str,
+             section: str) -> Question:
+    """A prediction of one choice per part, a point per part. Every wrong choice of every
+    part is a known mistake: the misconception behind it is explained, and a choice that
+    belongs to another part is said to be one (the right answer is never printed)."""
+    mistakes = []
+    for key, right in answer.items():
+        for choice in choices:
+            if choice == right:
+                continue
+            message = explain.get((key, choice)) or (
+                f"{choice!r} does not answer this part ({key!r}): it is a choice for "
+                f"another part of the question; reread what {key!r} asks")
+            wrong = {**answer, key: choice}
+            mistakes.append(Mistake(f"{key}_{choice.replace(' ', '_')}",
+                                    lambda wrong=wrong: dict(wrong), message))
+    return Question(id=qid, symbol=symbol, title=title, kind="predict", points=len(answer),
+                    reference=lambda: dict(answer), cases=lambda: [Case()],
+                    parts=dict.fromkeys(answer, 1), choices=choices,
+                    mistakes=tuple(mistakes), hint=hint, section=section)
+
+
+Q3 = _predict(
+    "q3_long", "long_sentence_prediction", "Predict: long sentences",
+    LONG_ANSWER, LONG_CHOICES, {
+        ("drops_more", "attention"):
+            "the attention decoder rebuilds its context for every output word from all the "
+            "encoder states, so nothing has to survive in one vector from the first word to "
+            "the last; which model has to do that?",
+        ("drops_more", "both about the same"):
+            "the two models differ exactly in how much of a long sentence must fit in one "
+            "vector of fixed size; think about which one depends on that",
+        ("bigger_state", "short sentences"):
+            "short sentences already fit in 64 numbers (both models translate them almost "
+            "perfectly), so there is little left to gain there",
+        ("bigger_state", "nowhere"):
+            "the fixed context's trouble is its capacity: the same 64 numbers hold a "
+            "3-word and a 20-word sentence; more numbers give the long ones more room",
+    },
+    hint="The fixed-context decoder sees the source only through one vector of the same "
+         "size for every sentence; the attention decoder reads every encoder state again at "
+         "every step.",
+    section=SECTION_SCORES,
+)
+
+
+# =========================================================================== question 4
+def attention_score_counts(src_lens: list[int], tgt_lens: list[int]) -> dict[str, int]:
+    """Reference for question 4."""
+    s = [n + 1 for n in src_lens]  # the source words and <eos>
+    t = [n + 1 for n in tgt_lens]  # <bos> + the words in, the words + <eos> out
+    return {"computed": len(s) * max(s) * max(t),
+            "used": sum(a * b for a, b in zip(s, t, strict=True))}
+
+
+def _counts(src_extra: int, tgt_extra: int, computed: str = "padded",
+            used: str = "real") -> Callable[..., dict[str, int]]:
+    def wrong(src_lens: list[int], tgt_lens: list[int]) -> dict[str, int]:
+        s = [n + src_extra for n in src_lens]
+        t = [n + tgt_extra for n in tgt_lens]
+        real = sum(a * b for a, b in zip(s, t, strict=True))
+        padded = len(s) * max(s) * max(t)
+        return {
+            "computed": {"padded": padded, "real": real, "one_sentence": max(s) * max(t),
+                         "target_unpadded": sum(max(s) * b for b in t),
+                         "source_unpadded": sum(a * max(t) for a in s)}[computed],
+            "used": {"real": real, "computed": padded,
+                     "target_padding": sum(a * max(t) for a in s),
+                     "source_padding": sum(max(s) * b for b in t),
+                     "product_of_sums": sum(s) * sum(t)}[used],
+        }
+
+    return wrong
+
+
+def score_count_cases() -> list[Case]:
     return [
-        Case(
-            args=(
-                torch.randn(2, 3, 5, generator=g),
-                torch.tensor([[7, 4, 9, 2, 0], [5, 2, 0, 0, 0]]),
-                0,
-            ),
-            label="pad_id 0, valid lengths 4 and 2",
-        ),
-        Case(
-            args=(
-                torch.randn(3, 1, 4, generator=g) * 4,
-                torch.tensor([[3, 3, 3, 3], [8, 1, 1, 1], [6, 9, 1, 1]]),
-                1,
-            ),
-            label="pad_id 1, one unpadded sentence, one of length 1",
-        ),
-        Case(
-            args=(torch.randn(1, 4, 3, generator=g), torch.tensor([[4, 5, 2]]), 0),
-            label="no padding at all",
-        ),
+        Case(args=([3], [4]), label="one pair: Tom chased Jerry -> 汤姆 追 了 杰瑞"),
+        Case(args=([3, 9], [3, 8]), label="the chapter's two sentences, 3 and 9 English words"),
+        Case(args=([5, 12, 7], [4, 10, 9]), hidden=True),
+        Case(args=([8, 8, 2, 15], [7, 9, 2, 11]), hidden=True),
     ]
 
 
-def attention_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(403)
+Q4 = Question(
+    id="q4_counts",
+    symbol="attention_score_counts",
+    title="Derive: how many attention scores?",
+    kind="derive",
+    points=2,
+    reference=attention_score_counts,
+    cases=score_count_cases,
+    parts={"computed": 1, "used": 1},
+    mistakes=(
+        Mistake("no_specials", _counts(0, 0),
+                "you count the words only: the source also ends in <eos> (the model scores "
+                "it too), and the decoder makes one step more than the sentence has words "
+                "(the last step writes <eos>)"),
+        Mistake("no_eos_step", _counts(1, 0),
+                "the source side is right, but the decoder makes one step more than the "
+                "Chinese sentence has words: its input starts with <bos>, its last output is "
+                "<eos>"),
+        Mistake("no_source_eos", _counts(0, 1),
+                "the decoder's steps are right, but every source sentence also ends in "
+                "<eos>, one more position to score"),
+        Mistake("source_bos", _counts(2, 1),
+                "the source gets <eos> only, no <bos>: one extra position per English "
+                "sentence, not two"),
+        Mistake("two_extra_steps", _counts(1, 2),
+                "the decoder makes one step more than the Chinese sentence has words, not "
+                "two: <bos> is the input of the first step and <eos> the output of the last"),
+        Mistake("padding_skipped", _counts(1, 1, computed="real"),
+                "the model does not skip padding: every sentence of the batch is scored at "
+                "every padded source position and for every padded decoder step (the mask "
+                "only sets weights to 0 afterwards)"),
+        Mistake("target_steps_unpadded", _counts(1, 1, computed="target_unpadded"),
+                "the decoder runs every step for every sentence of the batch, the padded "
+                "steps after a short target's end too (the loop does not stop early for "
+                "one sentence)"),
+        Mistake("source_unpadded", _counts(1, 1, computed="source_unpadded"),
+                "every sentence is scored at every source position of the batch, the "
+                "padded positions after a short source's end too"),
+        Mistake("one_sentence", _counts(1, 1, computed="one_sentence"),
+                "you count the scores of one sentence; the batch scores every one of its B "
+                "sentences"),
+        Mistake("all_used", _counts(1, 1, used="computed"),
+                "not every computed score can change the loss: those at padded source "
+                "positions get weight 0, and the padded decoder steps are left out of the "
+                "loss"),
+        Mistake("product_of_sums", _counts(1, 1, used="product_of_sums"),
+                "a sentence attends only over its own source: add up one product per "
+                "sentence, instead of multiplying the summed lengths"),
+        Mistake("target_padding_used", _counts(1, 1, used="target_padding"),
+                "the padded decoder steps of a short target do not reach the loss, which "
+                "averages over the real target positions only"),
+        Mistake("source_padding_used", _counts(1, 1, used="source_padding"),
+                "a score at a padded source position gets weight exactly 0 from the mask, so "
+                "it cannot change the context or the loss"),
+    ),
+    hint="Count the positions the model sees, not the words: what the batch adds to each "
+         "source and each target, what padding adds, and what the mask and the loss then "
+         "throw away.",
+    section=SECTION_CORPUS,
+)
+
+
+# =========================================================================== question 5
+PADDING_CHOICES = ("grows", "shrinks", "stays the same", "turns")
+PADDING_ANSWER = {"size": "shrinks", "direction": "stays the same"}
+
+
+Q5 = _predict(
+    "q5_padding_predict", "padding_prediction", "Predict: an unmasked softmax in a padded batch",
+    PADDING_ANSWER, PADDING_CHOICES, {
+        ("size", "grows"):
+            "the padded encoder states are zero vectors: whatever weight they take adds "
+            "nothing to the sum, and the real states keep less of the weight",
+        ("size", "stays the same"):
+            "without the mask the padded positions take part of the weight (their score is "
+            "not minus infinity), so the real states keep less of it",
+        ("direction", "turns"):
+            "the padded states are all zero, so they add no new direction: every real "
+            "state's weight is divided by the same larger total",
+    },
+    hint="Write the unmasked context as a sum over real and padded positions, and recall "
+         "what the encoder outputs at a padded position.",
+    section=SECTION_BY_HAND,
+)
+
+
+# =========================================================================== question 6
+def _pad_sentence(x: torch.Tensor, num_pads: int) -> torch.Tensor:
+    return torch.cat([x, x.new_zeros(x.shape[0], num_pads, x.shape[2])], dim=1)
+
+
+def _leak(states, t, enc_outputs, src_embeddings, W_q, W_k, w_v, num_pads,
+          step=attention_step, masked_length: str = "real", ratio: str = "unmasked/alone"):
+    length = enc_outputs.shape[1]
+    enc, emb = _pad_sentence(enc_outputs, num_pads), _pad_sentence(src_embeddings, num_pads)
+    alone, _ = step(states, t, enc_outputs, src_embeddings, torch.tensor([length]),
+                    W_q, W_k, w_v)
+    real_len = length if masked_length == "real" else length + num_pads
+    masked, _ = step(states, t, enc, emb, torch.tensor([real_len]), W_q, W_k, w_v)
+    unmasked, _ = step(states, t, enc, emb, torch.tensor([length + num_pads]), W_q, W_k, w_v)
+    a, u = float(alone.norm()), float(unmasked.norm())
+    return {
+        "masked_change": float((masked - alone).abs().max()),
+        "shrink": {"unmasked/alone": u / a, "alone/unmasked": a / u, "difference": a - u,
+                   "relative_change": float((unmasked - alone).norm()) / a,
+                   "squared": (u / a) ** 2}[ratio],
+    }
+
+
+def padding_leak(states, t, enc_outputs, src_embeddings, W_q, W_k, w_v, num_pads):
+    """Reference for question 6 (with the reference attention step)."""
+    return _leak(states, t, enc_outputs, src_embeddings, W_q, W_k, w_v, num_pads)
+
+
+def padding_leak_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(4601)
     cases = []
-    for b, s, q_dim, k_dim, hidden, lens in [
-        (2, 5, 4, 6, 7, [5, 3]),
-        (3, 4, 5, 5, 3, [1, 4, 2]),
-        (1, 6, 3, 2, 4, [6]),
+    for big_t, t, length, d, pads, hidden in [
+        (3, 1, 4, 5, 6, False),  # Tom chases Jerry <eos>, batched with a 10-token source
+        (4, 3, 5, 4, 2, False),
+        (5, 2, 3, 5, 17, True),
+        (2, 2, 6, 3, 9, True),
     ]:
-        cases.append(
-            Case(
-                init_args=(q_dim, k_dim, hidden),
-                params={
-                    "W_q.weight": torch.randn(hidden, q_dim, generator=g) * 0.7,
-                    "W_k.weight": torch.randn(hidden, k_dim, generator=g) * 0.7,
-                    "w_v.weight": torch.randn(1, hidden, generator=g),
-                },
-                args=(
-                    torch.randn(b, q_dim, generator=g),
-                    torch.randn(b, s, k_dim, generator=g),
-                    torch.tensor(lens),
-                ),
-                label=f"B={b}, S={s}, query_dim {q_dim}, key_dim {k_dim}, hidden {hidden}, "
-                f"valid lengths {lens}",
-            )
+        h_dec = h_enc = e = h = d  # as in question 1
+        args = (
+            torch.randn(1, big_t + 1, h_dec, generator=g, dtype=torch.float64),
+            t,
+            torch.randn(1, length, h_enc, generator=g, dtype=torch.float64),
+            torch.randn(1, length, e, generator=g, dtype=torch.float64),
+            torch.randn(h, h_dec, generator=g, dtype=torch.float64) * 0.8,
+            torch.randn(h, h_enc, generator=g, dtype=torch.float64) * 0.8,
+            torch.randn(h, generator=g, dtype=torch.float64) * 0.5,
+            pads,
         )
+        cases.append(Case(args=args, hidden=hidden,
+                          label=f"{length} real positions, {pads} padded, t={t}"))
     return cases
+
+
+Q6 = Question(
+    id="q6_padding_measure",
+    symbol="padding_leak",
+    title="Experiment: measure the leak",
+    kind="experiment",
+    points=2,
+    reference=padding_leak,
+    cases=padding_leak_cases,
+    parts={"masked_change": 1, "shrink": 1},
+    part_tolerance={"masked_change": (0.0, 1e-5), "shrink": (1e-4, 1e-6)},
+    builds_on=("q1_step",),
+    mistakes=(
+        Mistake("masked_with_padded_length", partial(_leak, masked_length="padded"),
+                "your masked_change is as large as the change of the unmasked context: "
+                "compare the padded context computed with the sentence's real valid length "
+                "L with the context of the sentence alone"),
+        Mistake("ratio_inverted", partial(_leak, ratio="alone/unmasked"),
+                "your shrink factor is above 1: it is upside down; divide the norm of the "
+                "unmasked context by the norm of the context of the sentence alone"),
+        Mistake("difference", partial(_leak, ratio="difference"),
+                "your shrink is a difference of norms; the question asks for their ratio "
+                "(unmasked over alone)"),
+        Mistake("relative_change", partial(_leak, ratio="relative_change"),
+                "your shrink is the relative change of the context (one minus the ratio); "
+                "the question asks for the ratio of the norms, unmasked over alone"),
+        Mistake("squared", partial(_leak, ratio="squared"),
+                "your shrink is the ratio of the squared norms; take the norms themselves"),
+    ),
+    hint="Three calls of your attention step on the same sentence: alone, padded with the "
+         "real valid length, padded with the padded length; then compare the contexts.",
+    section=SECTION_BY_HAND,
+)
+
+
+# =========================================================================== question 7
+def _bleu_parts(k: int, m: int, r: int, c: int, *, clip: bool | str = True, brevity: str = "exp",
+                zero_order: bool | str = True,
+                precision_over: str = "candidate") -> dict[str, float]:
+    def penalty(cand_len: int) -> float:
+        if brevity == "none":
+            return 1.0
+        if brevity == "linear":
+            return min(1.0, cand_len / r)
+        if brevity == "inverted":
+            return math.exp(min(0.0, 1 - cand_len / r))
+        if brevity == "uncapped":
+            return math.exp(1 - r / cand_len)
+        return math.exp(min(0.0, 1 - r / cand_len))
+
+    matches = {True: min(k, m), False: k, "m": m, "r": min(k, r)}[clip]
+    p1 = matches / (k if precision_over == "candidate" else r)
+    repeated = penalty(k) * p1
+    prefix = 0.0 if (c < 4 and zero_order) or (c <= 4 and zero_order == "four") else penalty(c)
+    return {"repeated": repeated, "prefix": prefix}
+
+
+def bleu_by_hand(k: int, m: int, r: int, c: int) -> dict[str, float]:
+    """Reference for question 7 (equal to ``seq2seq.corpus_bleu`` on such sentences)."""
+    return _bleu_parts(k, m, r, c)
 
 
 def bleu_cases() -> list[Case]:
-    ref = "汤姆 昨天 在 厨房 追 了 杰瑞".split()
     return [
-        Case(args=([ref], [ref], 4), label="a perfect translation"),
-        Case(args=([ref[:5]], [ref], 4), label="a correct but short translation (brevity penalty)"),
-        Case(
-            args=([["汤姆", "昨天", "在", "花园", "追", "了", "杰瑞"]], [ref], 2),
-            label="one wrong word, max_n = 2",
-        ),
-        Case(
-            args=([["the"] * 7], [["the", "cat", "is", "on", "the", "mat"]], 1), label="'the' x 7"
-        ),
-        Case(
-            args=(
-                [["a", "b", "c"], ["d", "e"], ["a", "a", "b", "c"]],
-                [["a", "b", "c"], ["d", "f"], ["a", "b", "c"]],
-                2,
-            ),
-            label="three sentences: counts are pooled over the corpus",
-        ),
-        Case(
-            args=([["a", "b", "x", "d", "e"]], [["a", "b", "c", "d", "e"]], 4),
-            label="no 3-gram in common",
-        ),
+        Case(args=(7, 2, 6, 5), label="k=7, m=2, r=6, c=5"),
+        Case(args=(3, 1, 6, 3), label="k=3, m=1, r=6, c=3"),
+        Case(args=(4, 4, 10, 8), hidden=True),
+        Case(args=(12, 5, 9, 9), hidden=True),
+        Case(args=(2, 1, 5, 2), hidden=True),
+        Case(args=(3, 5, 8, 6), hidden=True),
+        Case(args=(5, 2, 7, 4), hidden=True),
     ]
+
+
+Q7 = Question(
+    id="q7_bleu",
+    symbol="bleu_by_hand",
+    title="Derive: BLEU of two degenerate translations",
+    kind="derive",
+    points=2,
+    reference=bleu_by_hand,
+    cases=bleu_cases,
+    parts={"repeated": 1, "prefix": 1},
+    mistakes=(
+        Mistake("no_clipping", partial(_bleu_parts, clip=False),
+                "every copy of the repeated word counts as a match; a candidate n-gram counts "
+                "at most as often as it occurs in the reference (the clipped, 'modified' "
+                "precision)"),
+        Mistake("no_brevity_penalty", partial(_bleu_parts, brevity="none"),
+                "there is no brevity penalty: a candidate shorter than its reference loses "
+                "the factor e to the power 1 - r/c"),
+        Mistake("clipped_by_length", partial(_bleu_parts, clip="r"),
+                "you clip the matches at the reference's length; a word matches at most as "
+                "often as the reference contains that word (m times)"),
+        Mistake("unclipped_m", partial(_bleu_parts, clip="m"),
+                "your precision can exceed 1: the matches are clipped at the candidate's own "
+                "count too, so w matches the smaller of k and m times"),
+        Mistake("inverted_penalty", partial(_bleu_parts, brevity="inverted"),
+                "your brevity penalty is upside down: it punishes a candidate shorter than "
+                "its reference, with the exponent 1 - r/c for r reference and c candidate "
+                "words"),
+        Mistake("uncapped_penalty", partial(_bleu_parts, brevity="uncapped"),
+                "your brevity penalty rewards a candidate longer than its reference; the "
+                "penalty is capped at 1"),
+        Mistake("linear_penalty", partial(_bleu_parts, brevity="linear"),
+                "your brevity penalty is the length ratio c/r; BLEU's penalty is exponential, "
+                "e to the power 1 - r/c"),
+        Mistake("short_prefix_not_zero", partial(_bleu_parts, zero_order=False),
+                "a candidate of fewer than 4 words has no 4-gram at all, so p_4 is 0 and, "
+                "without smoothing, BLEU is 0"),
+        Mistake("four_words_zero", partial(_bleu_parts, zero_order="four"),
+                "a candidate of exactly 4 words has one 4-gram, and it matches, so p_4 is 1 "
+                "and BLEU is not 0"),
+        Mistake("recall", partial(_bleu_parts, precision_over="reference"),
+                "your precision divides by the reference's length; BLEU's precision divides "
+                "the clipped matches by the number of n-grams in the candidate"),
+    ),
+    hint="Work out each p_n and the brevity penalty separately, then combine them as in the "
+         "chapter's formula; check what happens to a precision when a sentence has no "
+         "n-gram of that order.",
+    section=SECTION_SCORES,
+)
 
 
 EXERCISE = Exercise(
@@ -157,62 +760,5 @@ EXERCISE = Exercise(
         "attention_course.masking",
         "attention_course.scoring",
     ),
-    questions=(
-        Question(
-            id="q1_context",
-            symbol="context_vectors",
-            title="Context vectors from attention weights",
-            points=2,
-            reference=_context_vectors,
-            cases=context_cases,
-            hint=(
-                "c[b, t] = sum_j weights[b, t, j] * enc_outputs[b, j]: a batched matrix "
-                "product of (B, T, S) and (B, S, H), giving (B, T, H)."
-            ),
-        ),
-        Question(
-            id="q2_padding",
-            symbol="source_padding_weights",
-            title="Masking the padded source positions",
-            points=2,
-            reference=_source_padding_weights,
-            cases=padding_cases,
-            diagnose=_padded_source_gets_no_weight,
-            hint=(
-                "Build the bool mask src != pad_id, shape (B, S), insert the output-step axis "
-                "(mask[:, None, :]), put -inf in the scores where it is False, then softmax over "
-                "the last axis."
-            ),
-        ),
-        Question(
-            id="q3_attention",
-            symbol="BahdanauAttention",
-            call="module",
-            title="One attention step of the decoder",
-            points=3,
-            reference=_BahdanauAttention,
-            cases=attention_cases,
-            diagnose=rows_sum_to_one(pick=lambda out: out[1]),
-            hint=(
-                "scores[b, j] = w_v(tanh(W_q(query[b]) + W_k(enc_outputs[b, j]))); positions "
-                "j >= src_valid_lens[b] get -inf before the softmax over j; the context is "
-                "sum_j weights[b, j] * enc_outputs[b, j]. Return (context (B, key_dim), "
-                "weights (B, S))."
-            ),
-        ),
-        Question(
-            id="q4_bleu",
-            symbol="corpus_bleu",
-            title="Corpus BLEU",
-            points=3,
-            reference=seq2seq.corpus_bleu,
-            cases=bleu_cases,
-            hint=(
-                "For each n, add up the clipped matches min(count in candidate, count in "
-                "reference) and the candidate n-grams over ALL sentences, then p_n = matches / "
-                "total; BLEU = exp(min(0, 1 - r / c)) * exp(mean of log p_n), and 0 when some "
-                "p_n is 0. r and c are the total reference and candidate lengths."
-            ),
-        ),
-    ),
+    questions=(Q1, Q2, Q3, Q4, Q5, Q6, Q7),
 )
