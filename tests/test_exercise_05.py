@@ -88,6 +88,7 @@ def _merge_view(x):
     (_split_interleaved, ["every h-th feature"]),
     (_split_not_moved, ["left the head axis behind the token axis"]),
     (_split_swapped_sizes, ["d_k heads of num_heads features"]),
+    (lambda x, h: _split_not_moved(x, h).transpose(2, 3), ["swapped the last two axes"]),
     (lambda x, h: x.transpose(1, 2).reshape(x.shape[0], h, x.shape[1], x.shape[2] // h),
      ["swapped the token and feature axes before cutting"]),
 ])
@@ -182,6 +183,10 @@ LISTED_MHA = [
     ("mask ignored",
      lambda self, q, k, v, attn_mask=None: self.attend(q, k, v, None),
      ["the attention mask is not applied"]),
+    ("residual connection added",
+     lambda self, q, k, v, attn_mask=None: (
+         q + self.attend(q, k, v, attn_mask)[0], self.attend(q, k, v, attn_mask)[1]),
+     ["residual connection belongs to the Transformer layer"]),
 ]
 
 
@@ -372,6 +377,8 @@ def _gqa(**change):
 @pytest.mark.parametrize(("answer", "phrases", "points"), [
     (_gqa(parameters=lambda d, h, g, k: 4 * d * d + 4 * d), ["full-width key and value"], 2),
     (_gqa(parameters=lambda d, h, g, k: 2 * d * d + 2 * d * g * k), ["not the biases"], 2),
+    (_gqa(parameters=lambda d, h, g, k: 2 * d * d + 2 * d + 2 * d * g * k),
+     ["not those of the key and value projections"], 2),
     (_gqa(cache_per_token=lambda d, h, g, k: g * k), ["both the keys and the values"], 2),
     (_gqa(cache_per_token=lambda d, h, g, k: 2 * d), ["cache of ordinary multi-head"], 2),
     (_gqa(cache_per_token=lambda d, h, g, k: 8 * g * k), ["counted bytes of float32"], 2),
@@ -460,6 +467,43 @@ def test_a_dependency_map_fitted_to_the_visible_cases_fails(solution):
 def test_the_learners_measurement_with_their_own_split_gives_the_triangle(solution):
     measured = solution["dependency_map"](6, 3, split=solution["split_heads"])
     assert torch.equal(measured, torch.ones(6, 6, dtype=torch.bool).tril())
+
+
+# --------------------------------------------------------------------------- one-line edits
+EDITS = [
+    ("scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])",
+     "scores = q @ k.transpose(-2, -1) / math.sqrt(query.shape[-1])",
+     "q3_multihead", "square root of embed_dim"),
+    ('scores = scores.masked_fill(~attn_mask, float("-inf"))',
+     'scores = scores.masked_fill(attn_mask, float("-inf"))',
+     "q3_multihead", "True where attention is allowed"),
+    ("weights = scores.softmax(dim=-1)", "weights = scores.softmax(dim=2)",
+     "q3_multihead", "sum to 1 over the queries"),
+    ("v = split_heads(self.v_proj(value), self.num_heads)",
+     "v = split_heads(self.v_proj(key), self.num_heads)",
+     "q3_multihead", "gradient with respect to the key argument"),
+    ("return self.out_proj(merge_heads(weights @ v)), weights",
+     "return query + self.out_proj(merge_heads(weights @ v)), weights",
+     "q3_multihead", "residual connection"),
+    ("real_keys = ~key_padding_mask[:, None, None, :]",
+     "real_keys = key_padding_mask[:, None, None, :]",
+     "q4_torch_masks", "still has PyTorch's meaning"),
+    ("group = num_heads // num_kv_heads", "group = num_kv_heads",
+     "q6_gqa", "divide it by the size of a group"),
+    ("changed = x.clone()", "changed = x", "q7_dependency_map",
+     "change one input token at a time"),
+    ("> 1e-6", "> 1", "q7_dependency_map", "is your threshold too large"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "question_id", "phrase"), EDITS,
+                         ids=[new for _, new, _, _ in EDITS])
+def test_one_line_edits_of_the_solution_are_named(old, new, question_id, phrase):
+    with contextlib.redirect_stdout(io.StringIO()):
+        results = {r.id: r for r in run_checks(EX, namespace=_run(
+            replace_in_solution(EX, old, new)))}
+    _assert_named(results[question_id], phrase)
+    assert [r.id for r in results.values() if not r.passed] == [question_id]
 
 
 # --------------------------------------------------------------------------- the grader

@@ -37,6 +37,8 @@ def _split(x: torch.Tensor, num_heads: int, how: str = "ok") -> torch.Tensor:
         return x.reshape(batch, length, head_dim, num_heads).permute(0, 3, 1, 2)
     if how == "not_moved":  # cut into heads, but the head axis stays behind the tokens
         return x.reshape(batch, length, num_heads, head_dim)
+    if how == "last_two_swapped":  # the wrong pair of axes transposed
+        return x.reshape(batch, length, num_heads, head_dim).transpose(2, 3)
     if how == "dk_heads":  # d_k heads of num_heads features
         return x.reshape(batch, length, head_dim, num_heads).transpose(1, 2)
     if how == "transposed_first":  # tokens and features swapped before the cut
@@ -109,7 +111,7 @@ class _Variant(nn.Module):
     """Multi-head attention written out step by step; subclasses change one step."""
 
     split, merge, scale, mask, softmax_dim = "ok", "ok", "d_k", "ok", -1
-    out_proj_used, average, inputs = True, False, "ok"
+    out_proj_used, average, inputs, residual = True, False, "ok", False
 
     def __init__(self, embed_dim: int, num_heads: int) -> None:
         super().__init__()
@@ -147,6 +149,8 @@ class _Variant(nn.Module):
         out = _merge(weights @ v, self.merge)
         if self.out_proj_used:
             out = self.out_proj(out)
+        if self.residual:
+            out = query + out
         return out, weights.mean(dim=1) if self.average else weights
 
 
@@ -383,6 +387,8 @@ def _gqa(**change):
             "full_width": 4 * (d * d + d),
             "no_bias": 2 * d * d + 2 * d * kv_dim,
             "no_out_proj": (d * d + d) + 2 * (d * kv_dim + kv_dim),
+            "kv_no_bias": 2 * (d * d + d) + 2 * d * kv_dim,
+            "kv_bias_full": 2 * (d * d + d) + 2 * (d * kv_dim + d),
             "keys_only": kv_dim,
             "mha_cache": 2 * d,
             "no_head_dim": 2 * num_kv_heads,
@@ -526,6 +532,10 @@ EXERCISE = Exercise(
                         "you swapped the token and feature axes before cutting, so each "
                         "'token' of a head is made of one feature of several tokens; cut "
                         "each token's own features into heads"),
+                Mistake("last_two_swapped", lambda x, h: _split(x, h, "last_two_swapped"),
+                        "you swapped the last two axes, which gives (B, N, d_k, h); it is the "
+                        "head axis and the token axis that change places, giving "
+                        "(B, h, N, d_k)"),
                 Mistake("dk_heads", lambda x, h: _split(x, h, "dk_heads"),
                         "you made d_k heads of num_heads features each; there are num_heads "
                         "heads, each d_k = features / num_heads wide"),
@@ -620,6 +630,10 @@ EXERCISE = Exercise(
                         "your weights are right, but the output is the concatenated heads "
                         "without the output projection: apply out_proj, the W^O of the "
                         "chapter, last"),
+                Mistake("residual", _variant("Residual", residual=True),
+                        "you added the query to the output: that residual connection belongs "
+                        "to the Transformer layer around the attention (chapter 6), not inside "
+                        "multi-head attention"),
                 Mistake("averaged_weights", _variant("Averaged", average=True),
                         "you hand back the weights averaged over the heads, (B, Nq, Nk); the "
                         "exercise asks for every head's weights, (B, num_heads, Nq, Nk)"),
@@ -744,6 +758,12 @@ EXERCISE = Exercise(
                 Mistake("no_out_proj", _gqa(parameters="no_out_proj"),
                         "you counted three projections; the output projection W^O, "
                         "embed_dim by embed_dim plus its bias, is a parameter too"),
+                Mistake("kv_no_bias", _gqa(parameters="kv_no_bias"),
+                        "you counted the biases of the query and output projections but not "
+                        "those of the key and value projections"),
+                Mistake("kv_bias_full", _gqa(parameters="kv_bias_full"),
+                        "the key and value projections have one bias per output feature, "
+                        "num_kv_heads times d_k each, not embed_dim"),
                 Mistake("keys_only", _gqa(cache_per_token="keys_only"),
                         "you counted one tensor per token; the cache keeps both the keys and "
                         "the values"),
