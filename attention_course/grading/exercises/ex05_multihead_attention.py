@@ -818,7 +818,6 @@ EXERCISE = Exercise(
             hint="Change one input token at a time and see which output tokens move; an "
                  "output that does not depend on a token stays exactly the same.",
             section="Masks in multi-head attention",
-            time_limit=20.0,
         ),
     ),
 )
