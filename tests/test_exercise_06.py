@@ -71,6 +71,7 @@ SECOND_ADD = "return self.norm2(x + self.linear2(torch.relu(self.linear1(x))))"
 GAP = "return (moved - original[:, perm]).abs().max().item()"
 PADDING_RUN = "gap(layer(x[:, perm], real[:, perm][:, None, None, :]),"
 TABLE_RUN = "gap(layer(x[:, perm] + table), layer(x + table))"
+GAP_TRIANGLE = "causal = torch.ones(length, length, dtype=torch.bool).tril()\n"
 
 
 # (question, mistake named in the spec, changes to the solution)
@@ -90,6 +91,8 @@ LISTED = [
     ("q1_positional_encoding", "halves",
      [(PE_EVEN, "    pe[:, : (d_model + 1) // 2] = torch.sin(angle)\n"),
       (PE_ODD, "    pe[:, (d_model + 1) // 2 :] = torch.cos(angle[:, : d_model // 2])")]),
+    ("q1_positional_encoding", "multiplied",
+     [(PE_ANGLE, "angle = position * 10000 ** (two_i / d_model)")]),
     ("q1_positional_encoding", "positions_from_one",
      [("position = torch.arange(num_positions, dtype=torch.float64)",
        "position = torch.arange(1, num_positions + 1, dtype=torch.float64)")]),
@@ -111,6 +114,11 @@ LISTED = [
      [(EMBED_SCALE, "x = embedding[ids] / math.sqrt(embedding.shape[1])")]),
     ("q3_embed_tokens", "no_scale", [(EMBED_SCALE, "x = embedding[ids]")]),
     ("q3_embed_tokens", "times_d", [(EMBED_SCALE, "x = embedding[ids] * embedding.shape[1]")]),
+    ("q3_embed_tokens", "table_by_token_id", [(EMBED_TABLE, "return x + pe_table[ids]")]),
+    ("q3_embed_tokens", "no_table", [(EMBED_TABLE, "return x")]),
+    ("q3_embed_tokens", "table_scaled_too",
+     [(EMBED_SCALE, "x = embedding[ids]"),
+      (EMBED_TABLE, "return (x + pe_table[: ids.shape[1]]) * math.sqrt(embedding.shape[1])")]),
     ("q3_embed_tokens", "table_from_one",
      [(EMBED_TABLE, "return x + pe_table[1 : ids.shape[1] + 1]")]),
     ("q4_decoder_mask", "inverted", [(MASK_RETURN, "return ~(real_keys & causal)")]),
@@ -120,6 +128,10 @@ LISTED = [
      [(MASK_RETURN, "return causal.expand(tgt_ids.shape[0], 1, -1, -1)")]),
     ("q4_decoder_mask", "padding_only",
      [(MASK_RETURN, "return real_keys.expand(-1, -1, length, -1)")]),
+    ("q4_decoder_mask", "padding_inverted",
+     [("real_keys = (tgt_ids != pad_id)", "real_keys = (tgt_ids == pad_id)")]),
+    ("q4_decoder_mask", "pad_id_ignored",
+     [("real_keys = (tgt_ids != pad_id)", "real_keys = (tgt_ids != 0)")]),
     ("q4_decoder_mask", "padding_on_queries",
      [(MASK_RETURN, "return (tgt_ids != pad_id)[:, None, :, None] & causal")]),
     ("q5_encoder_layer", "pre_norm",
@@ -132,6 +144,9 @@ LISTED = [
     ("q5_encoder_layer", "no_residual",
      [(FIRST_ADD, "x = self.norm1(attended)"),
       (SECOND_ADD, "return self.norm2(self.linear2(torch.relu(self.linear1(x))))")]),
+    ("q5_encoder_layer", "no_attention_residual", [(FIRST_ADD, "x = self.norm1(attended)")]),
+    ("q5_encoder_layer", "no_ffn_residual",
+     [(SECOND_ADD, "return self.norm2(self.linear2(torch.relu(self.linear1(x))))")]),
     ("q5_encoder_layer", "norm_before_add",
      [(FIRST_ADD, "x = self.norm1(x) + attended"),
       (SECOND_ADD, "return self.norm2(x) + self.linear2(torch.relu(self.linear1(x)))")]),
@@ -141,12 +156,17 @@ LISTED = [
     ("q5_encoder_layer", "norms_swapped",
      [(FIRST_ADD, "x = self.norm2(x + attended)"),
       (SECOND_ADD, "return self.norm1(x + self.linear2(torch.relu(self.linear1(x))))")]),
+    ("q5_encoder_layer", "norm1_twice", [(SECOND_ADD, SECOND_ADD.replace("norm2", "norm1"))]),
     ("q5_encoder_layer", "ffn_first",
      [(ATTEND, "x = self.norm1(x + self.linear2(torch.relu(self.linear1(x))))"),
       (FIRST_ADD, "attended, _ = self.self_attn(x, x, x, attn_mask=src_mask)"),
       (SECOND_ADD, "return self.norm2(x + attended)")]),
     ("q5_encoder_layer", "no_relu",
      [(SECOND_ADD, "return self.norm2(x + self.linear2(self.linear1(x)))")]),
+    ("q5_encoder_layer", "relu_at_the_end",
+     [(SECOND_ADD, "return self.norm2(x + torch.relu(self.linear2(self.linear1(x))))")]),
+    ("q5_encoder_layer", "gelu",
+     [(SECOND_ADD, SECOND_ADD.replace("torch.relu", "nn.functional.gelu"))]),
     ("q5_encoder_layer", "mask_ignored", [(ATTEND, "attended, _ = self.self_attn(x, x, x)")]),
     ("q5_encoder_layer", "mask_inverted",
      [(ATTEND, "mask = None if src_mask is None else ~src_mask\n"
@@ -163,6 +183,17 @@ LISTED = [
      [(GAP, "return (moved - original[:, torch.argsort(perm)]).abs().max().item()")]),
     ("q7_permutation_gaps", "table_travels",
      [(TABLE_RUN, "gap(layer((x + table)[:, perm]), layer(x + table))")]),
+    ("q7_permutation_gaps", "table_on_moved_input_only",
+     [(TABLE_RUN, "gap(layer(x[:, perm] + table), layer(x))")]),
+    ("q7_permutation_gaps", "causal_mask_upper",
+     [(GAP_TRIANGLE, GAP_TRIANGLE.replace("tril", "triu"))]),
+    ("q7_permutation_gaps", "causal_mask_inverted",
+     [(GAP_TRIANGLE, GAP_TRIANGLE.replace("torch.ones", "~torch.ones"))]),
+    ("q7_permutation_gaps", "causal_mask_strict",
+     [(GAP_TRIANGLE, GAP_TRIANGLE.replace("tril()", "tril(-1)"))]),
+    ("q7_permutation_gaps", "sum_gap", [(GAP, GAP.replace(".max()", ".sum()"))]),
+    ("q7_permutation_gaps", "mean_gap", [(GAP, GAP.replace(".max()", ".mean()"))]),
+    ("q7_permutation_gaps", "signed_gap", [(GAP, GAP.replace(".abs()", ""))]),
     ("q7_permutation_gaps", "mask_not_permuted",
      [(PADDING_RUN, "gap(layer(x[:, perm], real[:, None, None, :]),")]),
     ("q8_predict_tasks", "copy_impossible", [('"copy": "possible"', '"copy": "impossible"')]),
@@ -224,11 +255,31 @@ def test_unlisted_crash_on_odd_width_is_reported():
     assert "odd" in EXERCISE.question("q1_positional_encoding").cases()[3].label
 
 
-def test_unlisted_multiplied_frequency_says_which_entry():
+def test_unlisted_sines_everywhere_says_the_cosines_are_wrong():
     result = feedback("q1_positional_encoding",
-                      (PE_ANGLE, "angle = position * 10000 ** (two_i / d_model)"))
-    assert result.points == 0 and "values differ; at index" in result.message
+                      (PE_ODD, "    pe[:, 1::2] = torch.sin(angle[:, : d_model // 2])"))
+    assert "row of position 0 must be 0, 1, 0, 1" in result.message
+
+
+def test_unlisted_other_base_says_the_later_pairs_are_wrong():
+    result = feedback("q1_positional_encoding",
+                      (PE_ANGLE, "angle = position / 500 ** (two_i / d_model)"))
+    assert "first pair of columns is right" in result.message
+    assert "later pairs turn at the wrong speed" in result.message
     assert "hint:" in result.line() and "6.3 The sinusoidal positional encoding" in result.hint
+
+
+def test_unlisted_cosines_of_other_angles_are_located():
+    result = feedback("q1_positional_encoding",
+                      (PE_ODD, "    pe[:, 1::2] = torch.cos(2 * angle[:, : d_model // 2])"))
+    assert "your sine columns are right, but not the cosine columns" in result.message
+
+
+def test_unlisted_positions_backwards_are_caught_at_position_zero():
+    result = feedback("q1_positional_encoding",
+                      ("position = torch.arange(num_positions, dtype=torch.float64)",
+                       "position = torch.arange(num_positions, dtype=torch.float64).flip(0)"))
+    assert "row of position 0 must be 0, 1, 0, 1" in result.message
 
 
 def test_unlisted_shift_by_another_amount_is_diagnosed():
@@ -241,6 +292,13 @@ def test_unlisted_shift_by_another_amount_is_diagnosed():
 def test_unlisted_lost_sign_is_not_a_rotation():
     result = feedback("q2_shift_map", (SHIFT_LOWER, "    m[two_i + 1, two_i] = sin"))
     assert "your matrix changes lengths" in result.message
+
+
+def test_unlisted_wrong_frequencies_of_later_pairs():
+    result = feedback("q2_shift_map",
+                      (SHIFT_ANGLE, "angle = k / 10000 ** (two_i.double() / (d_model + 2))"))
+    assert "first pair's block is right, but the later pairs turn by the wrong angle" \
+        in result.message
 
 
 def test_unlisted_blocks_in_the_wrong_place_mix_pairs():
@@ -280,11 +338,17 @@ def test_unlisted_detached_layer_output_says_so():
     assert "does not carry gradients back to the inputs" in result.message
 
 
-def test_unlisted_gelu_fails_with_the_hint_to_post_norm():
-    gelu = SECOND_ADD.replace("torch.relu", "nn.functional.gelu")
-    result = feedback("q5_encoder_layer", (SECOND_ADD, gelu))
-    assert result.points == 0 and "values differ" in result.message
-    assert "ReLU" in result.hint
+def test_unlisted_attention_weights_instead_of_output_say_what_raised():
+    result = feedback("q5_encoder_layer",
+                      (ATTEND, "_, attended = self.self_attn(x, x, x, attn_mask=src_mask)"))
+    assert result.status == "error" and "TypeError" in result.message
+
+
+def test_unlisted_scale_by_vocabulary_size_says_where_values_differ():
+    result = feedback("q3_embed_tokens",
+                      (EMBED_SCALE, "x = embedding[ids] * math.sqrt(embedding.shape[0])"))
+    assert result.points == 0 and "values differ; at index" in result.message
+    assert "scale of the table" in result.hint
 
 
 def test_unlisted_wrong_layer_makes_the_experiment_say_so():
@@ -296,11 +360,12 @@ def test_unlisted_wrong_layer_makes_the_experiment_say_so():
     assert gaps.message.startswith("this question calls your answer to q5_encoder_layer")
 
 
-def test_unlisted_mean_gap_is_compared_part_by_part():
+def test_unlisted_table_in_the_causal_run_is_compared_part_by_part():
     result = feedback("q7_permutation_gaps",
-                      (GAP, "return (moved - original[:, perm]).abs().mean().item()"))
-    assert result.points == 1  # the equivariant setting is about zero either way
-    assert "'positional_encoding' in case 1" in result.message and "expected" in result.message
+                      ("gap(layer(x[:, perm], causal), layer(x, causal))",
+                       "gap(layer(x[:, perm] + table, causal), layer(x + table, causal))"))
+    assert result.points == 2
+    assert result.message.startswith("'causal_mask' in case 1") and "expected" in result.message
 
 
 def test_unlisted_answer_outside_the_choices_lists_them():

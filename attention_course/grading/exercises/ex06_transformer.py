@@ -35,8 +35,9 @@ def _pe(num_positions: int, d_model: int, *, base: float = 10000.0, exponent: st
         layout: str = "interleaved", first: str = "sin", start: int = 0) -> torch.Tensor:
     """The table with one thing changed: what the typical mistakes compute.
 
-    ``exponent``: ``"2i"`` (right), ``"i"`` (pair number over d_model) or ``"column"``
-    (every column its own exponent, column index over d_model); ``layout``:
+    ``exponent``: ``"2i"`` (right), ``"i"`` (pair number over d_model), ``"column"``
+    (every column its own exponent, column index over d_model) or ``"multiplied"`` (the
+    position times the power instead of divided by it); ``layout``:
     ``"interleaved"`` (right) or ``"halves"`` (all sines, then all cosines); ``first``:
     which function fills the even columns; ``start``: the first position.
     """
@@ -50,8 +51,9 @@ def _pe(num_positions: int, d_model: int, *, base: float = 10000.0, exponent: st
         odd = torch.cos(angle) if first == "sin" else torch.sin(angle)
         parity = (torch.arange(d_model) % 2 == 0)
         return torch.where(parity, even, odd).float()
-    power = 2 * i if exponent == "2i" else i
-    angle = p / base ** (power / d_model)  # (N, pairs)
+    power = 2 * i if exponent in ("2i", "multiplied") else i
+    frequency = base ** (power / d_model)
+    angle = p * frequency if exponent == "multiplied" else p / frequency  # (N, pairs)
     a, b = (torch.sin, torch.cos) if first == "sin" else (torch.cos, torch.sin)
     if layout == "halves":
         return torch.cat([a(angle), b(angle[:, : d_model // 2])], dim=1).float()
@@ -91,10 +93,37 @@ PE_MISTAKES = (
             "you put all the sines in the first half of the columns and all the cosines in "
             "the second half; the chapter's table interleaves them: sine in column 2i, the "
             "cosine of the same angle in column 2i + 1"),
+    Mistake("multiplied", lambda n, d: _pe(n, d, exponent="multiplied"),
+            "you multiply the position by 10000 to the power 2i over d_model; divide by it, "
+            "so that later pairs turn more slowly (longer wavelengths), not faster"),
     Mistake("positions_from_one", lambda n, d: _pe(n, d, start=1),
             "your rows are shifted by one: the first position is 0 (its row is 0, 1, 0, "
             "1, ...), not 1"),
 )
+
+
+def diagnose_pe(case: Case, expected, got) -> str | None:
+    """Say which part of the learner's table is wrong: position 0, the sine or the cosine
+    columns, or the later pairs' frequencies."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape or got.numel() == 0:
+        return None
+    e, g = expected.double(), got.detach().double()
+
+    def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-5))
+
+    if not close(g[0], e[0]):
+        return ("the row of position 0 must be 0, 1, 0, 1, ... (the sine and the cosine of "
+                "angle 0)")
+    sines, cosines = close(g[:, 0::2], e[:, 0::2]), close(g[:, 1::2], e[:, 1::2])
+    if sines and not cosines:
+        return "your sine columns are right, but not the cosine columns"
+    if cosines and not sines:
+        return "your cosine columns are right, but not the sine columns"
+    if e.shape[1] > 2 and close(g[:, :2], e[:, :2]):
+        return ("your first pair of columns is right (it turns by one radian per position), "
+                "but the later pairs turn at the wrong speed: check the exponent and the base")
+    return None
 
 
 # --------------------------------------------------------------------------- question 2
@@ -151,6 +180,10 @@ def diagnose_shift(case: Case, expected, got) -> str | None:
     if (gram - torch.eye(d, dtype=torch.float64)).abs().max() > 1e-3:
         return ("your matrix changes lengths: a shift keeps every pair (sine, cosine) on "
                 "the unit circle, so each 2 by 2 block must be a rotation")
+    e = expected.double()
+    if d > 2 and torch.allclose(m[:2, :2], e[:2, :2], rtol=1e-4, atol=1e-5):
+        return ("your first pair's block is right, but the later pairs turn by the wrong "
+                "angle: pair i turns by k times its own frequency")
     return None
 
 
@@ -184,13 +217,17 @@ def _embed_wrong(scale: str = "sqrt", table: str = "positions"):
     def wrong(ids, embedding, pe_table):
         d_model = embedding.shape[1]
         x = embedding[ids]
+        if scale == "sum":  # the table scaled along with the embeddings
+            return (x + pe_table[: ids.shape[1]]) * math.sqrt(d_model)
         x = {"sqrt": x * math.sqrt(d_model), "divided": x / math.sqrt(d_model),
              "none": x, "d": x * d_model}[scale]
         if table == "batch":
             return x + pe_table[: x.shape[0]].unsqueeze(1)
         if table == "from_one":
             return x + pe_table[1: ids.shape[1] + 1]
-        return x + pe_table[: ids.shape[1]]
+        if table == "token_ids":
+            return x + pe_table[ids]
+        return x if table == "none" else x + pe_table[: ids.shape[1]]
     return wrong
 
 
@@ -202,10 +239,11 @@ def embed_cases() -> list[Case]:
         embedding = torch.randn(vocab, d, generator=g) / d**0.5
         return Case(args=(ids, embedding, positional_encoding(max_len, d)), **kw)
 
+    # max_len >= vocabulary size, so that looking the table up by token id runs too
     return [
         case(2, 5, 10, 8, 12, label="B=2 sentences of N=5 tokens, d_model 8, max_len 12"),
         case(1, 4, 6, 6, 6, label="one sentence of 4 tokens, d_model 6"),
-        case(3, 3, 7, 4, 5, hidden=True),
+        case(3, 3, 7, 4, 8, hidden=True),
         case(4, 2, 5, 16, 8, hidden=True),
     ]
 
@@ -226,6 +264,14 @@ EMBED_MISTAKES = (
             "that their entries have variance 1, like the sines and cosines of the table"),
     Mistake("times_d", _embed_wrong("d", "positions"),
             "the embeddings are multiplied by d_model; the factor is its square root"),
+    Mistake("table_by_token_id", _embed_wrong("sqrt", "token_ids"),
+            "you looked the table up by token id: a token's row of the table is the row of "
+            "its position in the sentence, whatever the token"),
+    Mistake("no_table", _embed_wrong("sqrt", "none"),
+            "the scale is right, but the positional table is not added at all"),
+    Mistake("table_scaled_too", _embed_wrong("sum", "positions"),
+            "you scaled the table along with the embeddings: multiply only the embeddings "
+            "by the square root of d_model, then add the table as it is"),
     Mistake("table_from_one", _embed_wrong("sqrt", "from_one"),
             "the table's rows are shifted by one: the first token is at position 0 and gets "
             "row 0 of the table"),
@@ -252,6 +298,8 @@ def _mask_wrong(kind: str):
             "causal_only": (lower & torch.ones_like(keys)),
             "padding_only": keys.expand(-1, -1, t, -1),
             "query_padding": queries & lower,
+            "pad_zero": (tgt_ids != 0)[:, None, None, :] & lower,
+            "padding_inverted": ~keys & lower,
         }[kind]
     return wrong
 
@@ -261,7 +309,8 @@ def mask_cases() -> list[Case]:
         Case(args=(torch.tensor([[1, 5, 6, 2]]), 0), label="one sentence, no padding"),
         Case(args=(torch.tensor([[1, 7, 2, 0, 0], [1, 4, 5, 6, 2]]), 0),
              label="B=2, the first padded with two pad_id=0"),
-        Case(args=(torch.tensor([[3, 9, 9], [3, 9, 1]]), 1), label="pad_id = 1"),
+        Case(args=(torch.tensor([[3, 0, 9], [3, 9, 1]]), 1),
+             label="pad_id = 1, and 0 is a real token here"),
         Case(args=(torch.tensor([[4, 6, 5, 2, 2, 2], [4, 5, 2, 2, 2, 2], [4, 6, 6, 6, 6, 5]]),
                    2), hidden=True),
         Case(args=(torch.tensor([[7]]), 0), hidden=True),
@@ -284,6 +333,12 @@ MASK_MISTAKES = (
     Mistake("padding_only", _mask_wrong("padding_only"),
             "the padding part is right, but nothing stops a position from looking ahead: "
             "combine it with the causal condition (the key at or before the query)"),
+    Mistake("padding_inverted", _mask_wrong("padding_inverted"),
+            "the padding part of your mask is inverted: it keeps the padding keys and hides "
+            "the real tokens"),
+    Mistake("pad_id_ignored", _mask_wrong("pad_zero"),
+            "your mask treats the token id 0 as padding; padding is whatever id the "
+            "argument pad_id gives"),
     Mistake("padding_on_queries", _mask_wrong("query_padding"),
             "the rows of the padded positions are all False in your mask: you masked "
             "padding along the queries (rows); a padded token must not be attended to, so "
@@ -331,11 +386,16 @@ class _WrongLayer(nn.Module):
 
     def ffn(self, h):
         inner = self.linear1(h)
+        if self.variant == "relu_at_the_end":
+            return torch.relu(self.linear2(inner))
+        if self.variant == "gelu":
+            return self.linear2(nn.functional.gelu(inner))
         return self.linear2(inner if self.variant == "no_relu" else torch.relu(inner))
 
     def forward(self, x, src_mask=None):
         v = self.variant
-        n1, n2 = (self.norm2, self.norm1) if v == "norms_swapped" else (self.norm1, self.norm2)
+        n1, n2 = {"norms_swapped": (self.norm2, self.norm1),
+                  "norm1_twice": (self.norm1, self.norm1)}.get(v, (self.norm1, self.norm2))
         if v == "pre_norm":
             x = x + self.attend(n1(x), src_mask)
             return x + self.ffn(n2(x))
@@ -344,6 +404,12 @@ class _WrongLayer(nn.Module):
             return n2(x + self.ffn(x))
         if v == "no_residual":
             x = n1(self.attend(x, src_mask))
+            return n2(self.ffn(x))
+        if v == "no_attention_residual":
+            x = n1(self.attend(x, src_mask))
+            return n2(x + self.ffn(x))
+        if v == "no_ffn_residual":
+            x = n1(x + self.attend(x, src_mask))
             return n2(self.ffn(x))
         if v == "norm_before_add":
             x = n1(x) + self.attend(x, src_mask)
@@ -407,6 +473,12 @@ LAYER_MISTAKES = (
     Mistake("no_residual", _layer_variant("no_residual"),
             "your layer has no residual connections: each layer norm must normalise the "
             "sub-layer's input plus its output, not the output alone"),
+    Mistake("no_attention_residual", _layer_variant("no_attention_residual"),
+            "your attention block has no residual connection: its layer norm must normalise "
+            "the block's input plus the attention's output"),
+    Mistake("no_ffn_residual", _layer_variant("no_ffn_residual"),
+            "your feed-forward block has no residual connection: its layer norm must "
+            "normalise the block's input plus the feed-forward network's output"),
     Mistake("norm_before_add", _layer_variant("norm_before_add"),
             "you normalise the input and then add the sub-layer's output; post-norm adds "
             "first and normalises the sum, so the layer's output is always normalised"),
@@ -417,12 +489,20 @@ LAYER_MISTAKES = (
     Mistake("norms_swapped", _layer_variant("norms_swapped"),
             "your two layer norms are swapped: norm1 belongs to the attention block, norm2 "
             "to the feed-forward block"),
+    Mistake("norm1_twice", _layer_variant("norm1_twice"),
+            "you use norm1 in both blocks; the feed-forward block has its own layer norm, "
+            "norm2"),
     Mistake("ffn_first", _layer_variant("ffn_first"),
             "your sub-layers are in the wrong order: self-attention comes first, then the "
             "feed-forward network"),
     Mistake("no_relu", _layer_variant("no_relu"),
             "your feed-forward network has no ReLU between its two linear layers, so it is "
             "one linear map"),
+    Mistake("relu_at_the_end", _layer_variant("relu_at_the_end"),
+            "your ReLU comes after the second linear layer; it belongs between the two, on "
+            "the d_ff hidden units"),
+    Mistake("gelu", _layer_variant("gelu"),
+            "you used GELU; the paper's feed-forward network, and this question, use ReLU"),
     Mistake("mask_ignored", _layer_variant("mask_ignored"),
             "the case without a mask is right, but the padding mask is not used: pass it "
             "to the self-attention"),
@@ -476,25 +556,33 @@ def _reference_layer(params: dict[str, torch.Tensor], num_heads: int) -> nn.Modu
 
 
 def _gaps(params, num_heads, x, real, perm, *, compare_with: str = "perm",
-          table: str = "after", mask: str = "permuted") -> dict[str, float]:
+          table: str = "after", mask: str = "permuted", causal: str = "lower",
+          reduce: str = "max") -> dict[str, float]:
     """The three gaps, or what a mistake measures instead."""
     layer = _reference_layer(params, num_heads)
     n = x.shape[1]
     pe = transformer.sinusoidal_positional_encoding(n, x.shape[2])
-    causal = causal_mask(n)
+    lower = causal_mask(n)
+    causal_used = {"lower": lower, "upper": lower.T, "inverted": ~lower,
+                   "strict": lower & ~torch.eye(n, dtype=torch.bool)}[causal]
     order = {"perm": perm, "inverse": torch.argsort(perm), "none": torch.arange(n)}[compare_with]
 
     def gap(moved: torch.Tensor, original: torch.Tensor) -> float:
-        return (moved - original[:, order]).abs().max().item()
+        difference = moved - original[:, order]
+        if reduce == "signed":
+            return difference.max().item()
+        size = difference.abs()
+        return {"mean": size.mean, "sum": size.sum, "max": size.max}[reduce]().item()
 
     with torch.no_grad():
         moved_real = real[:, perm] if mask == "permuted" else real
         moved_with_table = (x + pe)[:, perm] if table == "travels" else x[:, perm] + pe
+        original_with_table = x if table == "moved_only" else x + pe
         return {
             "padding_mask": gap(layer(x[:, perm], moved_real[:, None, None, :]),
                                 layer(x, real[:, None, None, :])),
-            "positional_encoding": gap(layer(moved_with_table), layer(x + pe)),
-            "causal_mask": gap(layer(x[:, perm], causal), layer(x, causal)),
+            "positional_encoding": gap(layer(moved_with_table), layer(original_with_table)),
+            "causal_mask": gap(layer(x[:, perm], causal_used), layer(x, causal_used)),
         }
 
 
@@ -526,9 +614,29 @@ GAP_MISTAKES = (
             "by the permutation itself, as you did the input (a moved token takes its "
             "output along)"),
     Mistake("table_travels", lambda *a: _gaps(*a, table="travels"),
-            "your positional gap is about zero because you added the table before "
-            "permuting: every word kept its old position's code; permute the words first, "
-            "then add the table (a word that moves gets the code of its new position)"),
+            "your positional gap is about zero, as if every word had kept its old "
+            "position's code (the table added before permuting, or not at all); permute the "
+            "words first, then add the table to both inputs: a word that moves gets the "
+            "code of its new position"),
+    Mistake("table_on_moved_input_only", lambda *a: _gaps(*a, table="moved_only"),
+            "you added the table to the permuted input only; add it to the original input "
+            "too, so that the two runs differ only in the order of the words"),
+    Mistake("causal_mask_upper", lambda *a: _gaps(*a, causal="upper"),
+            "your causal mask lets each position see the positions after it: the causal "
+            "mask is True where the key is at or before the query"),
+    Mistake("causal_mask_inverted", lambda *a: _gaps(*a, causal="inverted"),
+            "your causal mask is inverted (True where the key lies after the query); it is "
+            "True where the key is at or before the query"),
+    Mistake("causal_mask_strict", lambda *a: _gaps(*a, causal="strict"),
+            "your causal mask leaves out the diagonal: a position may attend to itself, so "
+            "the mask is True where the key is at or before the query"),
+    Mistake("sum_gap", lambda *a: _gaps(*a, reduce="sum"),
+            "you added up the differences; the gap is the largest absolute difference"),
+    Mistake("mean_gap", lambda *a: _gaps(*a, reduce="mean"),
+            "you averaged the differences; the gap is the largest absolute difference"),
+    Mistake("signed_gap", lambda *a: _gaps(*a, reduce="signed"),
+            "you took the largest signed difference; the gap is the largest absolute "
+            "difference"),
     Mistake("mask_not_permuted", lambda *a: _gaps(*a, mask="not_permuted"),
             "you permuted the tokens but not their padding mask, so the mask now hides "
             "real tokens and lets padding through; permute the mask with the tokens"),
@@ -577,6 +685,7 @@ EXERCISE = Exercise(
             cases=pe_cases,
             rtol=1e-4, atol=1e-5,
             mistakes=PE_MISTAKES,
+            diagnose=diagnose_pe,
             hint="Each pair of columns is a clock hand: one angle per position and pair, "
                  "its sine in the even column and its cosine in the odd one; the first "
                  "pair turns by one radian per position, later pairs ever more slowly.",
