@@ -324,17 +324,18 @@ def test_debug_half_fixes():
                  "over the whole batch")
 
 
-def test_every_combination_of_bugs_and_half_fixes_is_explained():
-    """Whatever is left broken, each failing part names why, and the points count the
-    parts that are right."""
-    for c in [None, *spec.CHANNEL_BUGS]:
-        for s in [None, *spec.SPATIAL_BUGS]:
-            for o in [None, *spec.OUTPUT_BUGS]:
-                result = feedback("q5_debug_cbam", spec._cbam_variant(c, s, o))
-                right = (c is None) + (c is None and s is None) + (c is s is o is None)
-                assert result.points == right, (c, s, o, result.message)
-                assert "values differ" not in result.message, (c, s, o, result.message)
-                assert result.message.count("'") // 2 == 3 - right or right == 3
+def test_every_state_on_the_way_to_the_fix_is_explained():
+    """Whatever is left broken (one stage, or the starter's channel bug with any spatial
+    one, and any output bug), each failing part says why, and the points count the parts
+    that are right."""
+    for c, s in [(None, None), *spec._broken_stages()]:
+        for o in [None, *spec.OUTPUT_BUGS]:
+            result = feedback("q5_debug_cbam", spec._cbam_variant(c, s, o))
+            right = (c is None) + (c is None and s is None) + (c is s is o is None)
+            assert result.points == right, (c, s, o, result.message)
+            assert "values differ" not in result.message, (c, s, o, result.message)
+            failing = [part for part in spec.PARTS if f"'{part}' in case" in result.message]
+            assert len(failing) == 3 - right, (c, s, o, result.message)
 
 
 def test_the_starter_code_is_the_unfixed_mistake():

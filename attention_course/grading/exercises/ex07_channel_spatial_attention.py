@@ -390,7 +390,8 @@ def spatial_cases() -> list[Case]:
 # --------------------------------------------------------------------------- Q5 debug
 PARTS = ("channel_weights", "spatial_map", "output")
 STARTER = ("batch_max", "from_input", "channel_twice")  # the bugs of the learner's starter
-OTHER_PART = "(a part this mistake says nothing about)"  # matches no answer
+OTHER_PART = float("nan")  # what a mistake gives for a part it says nothing about:
+#                             NaN equals no answer, and is quick to compare
 
 
 def _cbam_module(x, w0, w1, weight, bias) -> channel_spatial.CBAM:
@@ -414,31 +415,49 @@ def cbam(x, w0, w1, weight, bias) -> dict[str, torch.Tensor]:
             "output": output}
 
 
+def _channel_weights(x, w0, w1, variant: str | None):
+    """CBAM's channel weights ``(B, C, 1, 1)``, or one of the ``CHANNEL_BUGS``."""
+    act = (lambda h: h) if variant == "no_relu" else torch.relu
+
+    def mlp(v):
+        return act(v @ w0.T) @ w1.T
+
+    average = mlp(x.mean(dim=(0, 2, 3) if variant == "batch_both" else (2, 3)))
+    maximum = mlp(x.amax(dim=(0, 2, 3) if variant in ("batch_max", "batch_both") else (2, 3)))
+    if variant == "sigmoid_each":
+        weights = torch.sigmoid(average) + torch.sigmoid(maximum)
+    elif variant == "average_only":
+        weights = torch.sigmoid(average)
+    elif variant == "max_only":
+        weights = torch.sigmoid(maximum)
+    elif variant == "softmax":
+        weights = torch.softmax(average + maximum, dim=-1)
+    else:
+        weights = torch.sigmoid(average + maximum)
+    return weights.expand(x.shape[0], -1)[:, :, None, None]
+
+
+def _spatial_map(x, refined, weight, bias, variant: str | None):
+    """CBAM's spatial map ``(B, 1, H, W)`` of the refined map, or one of the ``SPATIAL_BUGS``."""
+    top = x if variant in ("from_input", "half_refined") else refined
+    mean = x if variant == "from_input" else refined
+    maps = [mean.mean(dim=1, keepdim=True), top.amax(dim=1, keepdim=True)]
+    if variant == "max_mean":
+        maps.reverse()
+    scores = F.conv2d(torch.cat(maps, dim=1), weight, bias, padding=weight.shape[-1] // 2)
+    return scores if variant == "no_sigmoid" else torch.sigmoid(scores)
+
+
 def _cbam_variant(channel: str | None = None, spatial: str | None = None,
                   output: str | None = None, keys: tuple[str, ...] = PARTS):
-    """CBAM written out, with one of the debugging question's bugs (or a typical half-fix)
-    per stage switched on; only ``keys`` are given, the others are ``OTHER_PART`` (so that
-    a mistake is matched on those keys alone)."""
+    """CBAM written out, with one of the debugging question's bugs (or a typical half-fix
+    or slip) per stage switched on; only ``keys`` are given, the others are ``OTHER_PART``
+    (so that a mistake is matched on those keys alone)."""
 
     def wrong(x, w0, w1, weight, bias):
-        def mlp(v):
-            return torch.relu(v @ w0.T) @ w1.T
-
-        average = x.mean(dim=(0, 2, 3) if channel == "batch_both" else (2, 3))
-        maximum = x.amax(dim=(2, 3) if channel is None or channel == "sigmoid_each"
-                         else (0, 2, 3))
-        if channel == "sigmoid_each":
-            scores = torch.sigmoid(mlp(average)) + torch.sigmoid(mlp(maximum))
-        else:
-            scores = torch.sigmoid(mlp(average) + mlp(maximum))
-        channel_weights = scores.expand(x.shape[0], -1)[:, :, None, None]
+        channel_weights = _channel_weights(x, w0, w1, channel)
         refined = x * channel_weights
-        top = x if spatial is not None else refined
-        mean = x if spatial == "from_input" else refined
-        pooled = torch.cat([mean.mean(dim=1, keepdim=True), top.amax(dim=1, keepdim=True)],
-                           dim=1)
-        spatial_map = torch.sigmoid(F.conv2d(pooled, weight, bias,
-                                             padding=weight.shape[-1] // 2))
+        spatial_map = _spatial_map(x, refined, weight, bias, spatial)
         if output == "channel_twice":
             out = refined * channel_weights * spatial_map
         elif output == "without_channel":
@@ -452,7 +471,8 @@ def _cbam_variant(channel: str | None = None, spatial: str | None = None,
     return wrong
 
 
-# The starter's three bugs come first in each list; the others are typical half-fixes.
+# What can be wrong in each stage: the starter's bug first, then typical half-fixes and
+# slips; each with a few words for the later parts, and the message for its own part.
 CHANNEL_BUGS = {
     "batch_max": ("pooled over the batch",
                   "the max-pooled channel descriptor is pooled over the whole batch too, so "
@@ -463,6 +483,17 @@ CHANNEL_BUGS = {
     "sigmoid_each": ("two sigmoids added",
                      "the channel weights add two sigmoids, so they can exceed 1: add the two "
                      "MLP outputs first, then take one sigmoid"),
+    "average_only": ("the maximum left out",
+                     "the channel weights use only the average-pooled descriptor: CBAM adds "
+                     "the MLP's outputs for the average and for the maximum"),
+    "max_only": ("the average left out",
+                 "the channel weights use only the max-pooled descriptor: CBAM adds the "
+                 "MLP's outputs for the average and for the maximum"),
+    "no_relu": ("no ReLU in the MLP",
+                "the shared MLP has no ReLU between its two layers"),
+    "softmax": ("a softmax over the channels",
+                "the channel weights come from a softmax over the channels: CBAM gives each "
+                "channel its own weight in (0, 1) with a sigmoid"),
 }
 SPATIAL_BUGS = {
     "from_input": ("read from the input",
@@ -471,6 +502,11 @@ SPATIAL_BUGS = {
     "half_refined": ("its maximum map read from the input",
                      "only the average map reads the refined input: the maximum map must "
                      "read it too"),
+    "max_mean": ("the maximum stacked first",
+                 "the pooled maps are stacked maximum first: the kernel expects the channel "
+                 "average first, then the channel maximum"),
+    "no_sigmoid": ("no sigmoid",
+                   "the spatial map is the convolution's raw output: it ends with a sigmoid"),
 }
 OUTPUT_BUGS = {
     "channel_twice": "the output carries the channel weights twice: the refined map already "
@@ -490,46 +526,50 @@ def _upstream(channel: str | None, spatial: str | None) -> str:
     return " and ".join(wrong)
 
 
+def _broken_stages() -> list[tuple[str | None, str | None]]:
+    """The (channel, spatial) states a learner passes through: one stage wrong, or the
+    starter's channel bug together with any spatial one."""
+    pairs = [(c, None) for c in CHANNEL_BUGS] + [(None, s) for s in SPATIAL_BUGS]
+    return pairs + [(STARTER[0], s) for s in SPATIAL_BUGS]
+
+
 def _debug_mistakes() -> tuple[Mistake, ...]:
     """Each part's mistakes, matched on that part alone: its own bug, or the earlier parts
     it is computed from (the simplest explanation first)."""
     mistakes = [Mistake(f"channel_{c}", _cbam_variant(channel=c, keys=("channel_weights",)),
                         f"still a bug here: {text}")
                 for c, (_, text) in CHANNEL_BUGS.items()]
-    channels = [None, *CHANNEL_BUGS]
-    for s in [None, *SPATIAL_BUGS]:
-        for c in channels:
-            if (c is None and s is None) or (c is not None and s == "from_input"):
-                continue  # right, or the same map as without the channel bug
-            if s is None:
-                message = (f"the spatial map is computed from the channel weights, which are "
-                           f"still wrong ({CHANNEL_BUGS[c][0]}): fix them first")
-            else:
-                message = f"still a bug here: {SPATIAL_BUGS[s][1]}"
-                if c is not None:
-                    message += (f"; and the channel weights it reads are still wrong "
-                                f"({CHANNEL_BUGS[c][0]})")
-            mistakes.append(Mistake(f"spatial_{c}_{s}",
-                                    _cbam_variant(c, s, keys=("spatial_map",)), message))
+    for c, s in _broken_stages():
+        if c is not None and s == "from_input":
+            continue  # a map read from the input does not see the channel weights
+        if s is None:
+            message = (f"the spatial map is computed from the channel weights, which are "
+                       f"still wrong ({CHANNEL_BUGS[c][0]}): fix them first")
+        else:
+            message = f"still a bug here: {SPATIAL_BUGS[s][1]}"
+            if c is not None:
+                message += (f"; and the channel weights it reads are still wrong "
+                            f"({CHANNEL_BUGS[c][0]})")
+        mistakes.append(Mistake(f"spatial_{c}_{s}",
+                                _cbam_variant(c, s, keys=("spatial_map",)), message))
     for o in [None, *OUTPUT_BUGS]:
-        for s in [None, *SPATIAL_BUGS]:
-            for c in channels:
-                if (c is s is o is None) or (c is not None and s == "from_input"
-                                             and o == "without_channel"):
-                    continue  # right, or the same output as without the channel bug
-                said = []
-                if c or s:
-                    said.append(f"the output is computed from {_upstream(c, s)}, still "
-                                f"wrong above: fix {'them' if c and s else 'that'} first")
-                if o:
-                    said.append(OUTPUT_BUGS[o])
-                message = "; and ".join(said)
-                if (c, s, o) == STARTER:
-                    message = f"none of the three bugs is fixed yet: {message}"
-                elif not (c or s):
-                    message = f"still a bug here: {message}"
-                mistakes.append(Mistake(f"output_{c}_{s}_{o}",
-                                        _cbam_variant(c, s, o, keys=("output",)), message))
+        for c, s in [(None, None), *_broken_stages()]:
+            if (c is s is o is None) or (c is not None and s == "from_input"
+                                         and o == "without_channel"):
+                continue  # right, or the same output as without the channel bug
+            said = []
+            if c or s:
+                said.append(f"the output is computed from {_upstream(c, s)}, still wrong "
+                            f"above: fix {'them' if c and s else 'that'} first")
+            if o:
+                said.append(OUTPUT_BUGS[o])
+            message = "; and ".join(said)
+            if (c, s, o) == STARTER:
+                message = f"none of the three bugs is fixed yet: {message}"
+            elif not (c or s):
+                message = f"still a bug here: {message}"
+            mistakes.append(Mistake(f"output_{c}_{s}_{o}",
+                                    _cbam_variant(c, s, o, keys=("output",)), message))
     return tuple(mistakes)
 
 
@@ -537,8 +577,11 @@ def debug_cases() -> list[Case]:
     g = torch.Generator().manual_seed(705)
 
     def case(b, c, h, w, hidden, k, label="", held=False):
-        return Case(args=(torch.randn(b, c, h, w, generator=g) + 0.5,   # mostly positive,
-                          torch.randn(hidden, c, generator=g).abs(),  # so every unit is alive
+        w0 = torch.randn(hidden, c, generator=g)
+        w0[0] = w0[0].abs()  # a unit the ReLU keeps on every image (features are positive)
+        if hidden > 1:
+            w0[1] = w0[1].abs() - 0.8  # and one it keeps on some images only
+        return Case(args=(torch.randn(b, c, h, w, generator=g).abs(), w0,
                           torch.randn(c, hidden, generator=g),
                           torch.randn(1, 2, k, k, generator=g) / k,
                           torch.randn(1, generator=g)),
