@@ -397,6 +397,9 @@ def experiment(roll=lambda x, dy, dx: torch.roll(x, (dy, dx), dims=(2, 3)),
     (experiment(roll=lambda x, dy, dx: torch.roll(x, (dy, dx), dims=(1, 2))), 1,
      ["rolled the channels"]),
     (experiment(change="spatial_map"), 2, ["'channel_change' in case 1", "spatial map"]),
+    (experiment(peak=lambda m: m.flatten().argmax()), 1, ["positions in the flattened map"]),
+    (experiment(peak=lambda m: torch.tensor(divmod(int(m.argmax()), m.shape[-1]))), 1,
+     ["your peaks are right, but as tensors"]),
 ])
 def test_experiment_mistakes(answer, points, words):
     assert feedback("q7_shift_experiment", experiment()).passed
@@ -432,9 +435,11 @@ def test_mistakes_not_in_the_list_still_get_useful_feedback():
     # a spatial map that is one minus the right one
     assert_named(feedback("q4_spatial_map", lambda x, w, b: 1 - spatial()(x, w, b)),
                  "check the two pooled maps")
-    # the squeeze as a median
+    # the squeeze as a median, or a sum divided by the height only
     assert_named(feedback("q1_squeeze", lambda x: x.flatten(2).median(dim=2).values),
-                 "values differ")
+                 "not each channel's average over its H x W positions")
+    assert_named(feedback("q1_squeeze", lambda x: x.sum(dim=(2, 3)) / x.shape[2]),
+                 "your values are 5 times the averages")
     # a CBAM debugged with a stray ReLU on the spatial map: only the map and output fail
     def relu_map(x, w0, w1, weight, bias):
         out = cbam_with()(x, w0, w1, weight, bias)
@@ -444,9 +449,9 @@ def test_mistakes_not_in_the_list_still_get_useful_feedback():
         return out
 
     assert_named(feedback("q5_debug_cbam", relu_map), "'spatial_map' in case 1", points=1)
-    # an experiment whose peak is a flat index
-    result = feedback("q7_shift_experiment",
-                      experiment(peak=lambda m: int(m.flatten().argmax())))
+    # an experiment whose peaks are float tensors
+    result = feedback("q7_shift_experiment", experiment(
+        peak=lambda m: torch.tensor(divmod(int(m.argmax()), m.shape[-1])).float()))
     assert_named(result, "'peak_before'", "expected a tuple of length 2", points=1)
 
 

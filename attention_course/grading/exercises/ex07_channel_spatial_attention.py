@@ -80,6 +80,23 @@ SQUEEZE_MISTAKES = (
 )
 
 
+def _squeeze_diagnose(case: Case, expected, got) -> str | None:
+    """A descriptor that is the average times a constant, or something else entirely."""
+    want = expected["output"] if isinstance(expected, dict) else expected
+    out = got["output"] if isinstance(got, dict) and "output" in got else got
+    if not isinstance(out, torch.Tensor) or out.shape != want.shape or not out.numel():
+        return None
+    if torch.allclose(out.double(), want.double(), rtol=1e-4, atol=1e-6):
+        return None  # the values are right: the gradient is what differs
+    big = want.abs() > 1e-3
+    if bool(big.any()):
+        ratio = (out.double()[big] / want.double()[big])
+        if float(ratio.std(unbiased=False)) < 1e-4 * float(ratio.abs().mean()):
+            return (f"your values are {float(ratio.mean()):.4g} times the averages: divide "
+                    f"the sum over a channel's positions by their number, H times W")
+    return "your descriptor is not each channel's average over its H x W positions"
+
+
 # --------------------------------------------------------------------------- Q2 SE block
 class SqueezeExcitationReference(channel_spatial.SqueezeExcitation):
     """The course's block, called as the exercise asks: ``x`` -> ``(output, weights)``."""
@@ -164,9 +181,14 @@ def _se_diagnose(case: Case, expected, got) -> str | None:
     if bool(((weights <= 0) | (weights >= 1)).any()):
         return "some weights lie outside (0, 1): the excitation ends with a sigmoid"
     (x,) = case.args
-    if weights.shape == want_weights.shape and torch.allclose(
-        weights.double(), want_weights.double(), rtol=1e-4, atol=1e-6
-    ):
+
+    def same(a, b):
+        return a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=1e-4,
+                                                     atol=1e-6)
+
+    if same(weights, want_weights):
+        if same(out, want_out):
+            return None  # both values right: the gradient is what differs
         return "your weights are right but not your output: it is the input times the weights"
     if out.shape == x.shape and weights.dim() == 4 and not torch.allclose(
         out.double(), (x * weights).double(), rtol=1e-4, atol=1e-6
@@ -677,6 +699,14 @@ def _experiment_variant(roll=lambda x, dy, dx: torch.roll(x, (dy, dx), dims=(2, 
     return wrong
 
 
+def _peak_flat(spatial_map):
+    return int(spatial_map.flatten().argmax())
+
+
+def _peak_tensor(spatial_map):
+    return torch.tensor(_peak(spatial_map))
+
+
 def _peak_col_row(spatial_map):
     row, col = _peak(spatial_map)
     return col, row
@@ -694,6 +724,12 @@ EXPERIMENT_MISTAKES = (
     Mistake("col_row", _experiment_variant(peak=_peak_col_row),
             "your peaks are (column, row): give them as (row, column), the row counted down "
             "from the top"),
+    Mistake("flat_index", _experiment_variant(peak=_peak_flat),
+            "your peaks are positions in the flattened map: give each as a pair (row, "
+            "column), the row counted down from the top"),
+    Mistake("tensor_peak", _experiment_variant(peak=_peak_tensor),
+            "your peaks are right, but as tensors: give each as a pair of Python integers, "
+            "(row, column)"),
     Mistake("swapped_shift", _experiment_variant(
         roll=lambda x, dy, dx: torch.roll(x, (dx, dy), dims=(2, 3))),
             "your image moved by dx rows and dy columns: dy moves the rows (the height axis), "
@@ -751,6 +787,7 @@ EXERCISE = Exercise(
             cases=squeeze_cases,
             grad=True,
             mistakes=SQUEEZE_MISTAKES,
+            diagnose=_squeeze_diagnose,
             hint="The squeeze summarises each channel of each image by one number that does "
                  "not depend on where a feature sits.",
             section=S72,
