@@ -233,6 +233,7 @@ def spatial(first="mean", padding=None, gate=torch.sigmoid, use_bias=True):
     (spatial(gate=lambda t: t), "raw output"),
     (spatial(padding=0), "smaller than the image"),
     (spatial(padding=1), "only for a 3 x 3 kernel"),
+    (spatial(padding=3), "only for a 7 x 7 kernel"),
     (spatial(use_bias=False), "ignores the convolution's bias"),
     (spatial(gate=lambda t: torch.softmax(t.flatten(1), dim=1).view_as(t)),
      "sums to 1 over the positions"),

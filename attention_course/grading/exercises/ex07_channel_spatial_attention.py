@@ -25,6 +25,10 @@ EXERCISE_ID = "07_channel_spatial_attention"
 S72 = "7.2 Squeeze, excitation, scale"
 S73 = "7.3 CBAM: channel, then spatial"
 S78 = "7.8 Attention vs. convolution"
+# Questions with a convolution: graded with --device cuda, cuDNN may compute it in TF32
+# (10-bit mantissa; emulated, up to 0.5% off on these cases), while every known mistake
+# is more than 70% off somewhere.
+CONV_RTOL, CONV_ATOL = 1e-2, 1e-4
 
 
 # --------------------------------------------------------------------------- Q1 squeeze
@@ -363,6 +367,9 @@ SPATIAL_MISTAKES = (
     Mistake("padding_one", _spatial_variant(padding=lambda k: 1),
             "your map has the right size only for a 3 x 3 kernel: the padding must grow "
             "with the kernel, half its size rounded down"),
+    Mistake("padding_three", _spatial_variant(padding=lambda k: 3),
+            "your map has the right size only for a 7 x 7 kernel: the padding must follow "
+            "the kernel, half its size rounded down"),
     Mistake("padding_k", _spatial_variant(padding=lambda k: k),
             "your map is larger than the image: pad by half the kernel size, rounded down, "
             "not by the whole kernel size"),
@@ -603,7 +610,8 @@ def debug_cases() -> list[Case]:
         w0[0] = w0[0].abs()  # a unit the ReLU keeps on every image (features are positive)
         if hidden > 1:
             w0[1] = w0[1].abs() - 0.8  # and one it keeps on some images only
-        return Case(args=(torch.randn(b, c, h, w, generator=g).abs(), w0,
+        brightness = 0.5 + 2 * torch.rand(b, 1, 1, 1, generator=g)  # images differ
+        return Case(args=(torch.randn(b, c, h, w, generator=g).abs() * brightness, w0,
                           torch.randn(c, hidden, generator=g),
                           torch.randn(1, 2, k, k, generator=g) / k,
                           torch.randn(1, generator=g)),
@@ -834,6 +842,8 @@ EXERCISE = Exercise(
             reference=spatial_attention_map,
             cases=spatial_cases,
             grad=True,
+            rtol=CONV_RTOL,
+            atol=CONV_ATOL,
             mistakes=SPATIAL_MISTAKES,
             diagnose=_spatial_diagnose,
             hint="Pool along the channels (average, then maximum), stack the two maps, one "
@@ -849,6 +859,8 @@ EXERCISE = Exercise(
             reference=cbam,
             cases=debug_cases,
             parts={"channel_weights": 1, "spatial_map": 1, "output": 1},
+            part_tolerance={"spatial_map": (CONV_RTOL, CONV_ATOL),
+                            "output": (CONV_RTOL, CONV_ATOL)},
             mistakes=_debug_mistakes(),
             hint="Follow the shapes and the order of the two stages: which axes does each "
                  "pooling reduce, which tensor does the spatial stage read, and how often "
