@@ -360,7 +360,7 @@ def test_a_diagonal_left_out_everywhere_is_named_in_every_part(reference):
                      lambda n, L: n - L + (L > 0))
     result = judge(reference, "q6_count_allowed", answer)
     assert result.points == 0 and result.message.count("left out the diagonal") == 1
-    assert result.message.startswith("'pairs_right', 'pairs_left', 'empty_rows_left': ")
+    assert result.message.startswith("'pairs_right', 'pairs_left' and 'empty_rows_left' in ")
 
 
 # --------------------------------------------------------------------------- unlisted

@@ -323,7 +323,7 @@ def test_score_count_unlisted_mistake_shows_the_numbers():
                 "used": sum(a + b for a, b in zip(s, t, strict=True))}
 
     result = judge("q4_counts", mixed)
-    assert_named(result, "'computed' in case", "'used' in case", "expected", "got")
+    assert_named(result, "'computed' and 'used' in case", "got 9, which is", "too small")
 
 
 # =========================================================================== question 6

@@ -187,7 +187,7 @@ def right_spatial(c, r, k):
 
 @pytest.mark.parametrize("answer, points, words", [
     (counts(lambda c, r, k: 2 * c * c // r, lambda c, r, k: 2 * c * c // r, right_spatial), 1,
-     ["'se' in held-back case 3", "as a fraction", "'cbam_channel' in held-back case 3"]),
+     ["'se' and 'cbam_channel' in held-back case 3", "as a fraction"]),
     (counts(lambda c, r, k: 2 * c * (c // r), lambda c, r, k: 2 * c * (c // r),
             right_spatial), 1, ["keeps at least one hidden unit"]),
     (counts(right_se, lambda c, r, k: 4 * c * max(1, c // r), right_spatial), 2,
@@ -384,7 +384,7 @@ def experiment(roll=lambda x, dy, dx: torch.roll(x, (dy, dx), dims=(2, 3)),
 
 @pytest.mark.parametrize("answer, points, words", [
     (experiment(peak=lambda m: divmod(int(m.argmax()), m.shape[-1])[::-1]), 1,
-     ["'peak_before' in case 1", "(column, row)"]),
+     ["'peak_before' and 'peak_after' in case 1", "(column, row)"]),
     (experiment(roll=lambda x, dy, dx: torch.roll(x, (dx, dy), dims=(2, 3))), 2,
      ["'peak_after' in case 1", "dy moves the rows"]),
     (experiment(roll=lambda x, dy, dx: torch.roll(x, dy, dims=2)), 2, ["along the rows only"]),

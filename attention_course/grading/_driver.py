@@ -650,6 +650,9 @@ def run_job(package_dir: str | None) -> None:
             channel.send("cell_error", index=index, error=describe_error(error))
     channel.send("cells_done")
     device = None if config.get("device", "cpu") == "cpu" else config["device"]
+    if device is not None and device.startswith("cuda"):  # full float32, as the references
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     for question in payload["questions"]:
         qid = question["id"]
         channel.send("q_start", id=qid)

@@ -162,9 +162,11 @@ def compare(
             got = bool(got.item())
         if got == expected and type(got) is type(expected):
             return None
+        shown = repr(got)[:200] if isinstance(got, (str, bool, int, float, type(None))) else (
+            _describe(got))
         if not reveal:
-            return f"{path}: {got!r} is not the right answer"[:300]
-        return f"{path}: expected {expected!r}, got {got!r}"[:300]
+            return f"{path}: {shown} is not the right answer"
+        return f"{path}: expected {expected!r}, got {shown}"[:300]
     if isinstance(expected, numbers.Number):
         if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_complex():
             got = got.item()

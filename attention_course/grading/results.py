@@ -231,8 +231,8 @@ def _raised(value: Any) -> str | None:
 
 def _judge_cases(question: Question, cases: list[Case], expected: list[Any], got: list[Any],
                  wrong: Mapping[str, list[Any]] | None, tolerance: tuple[float, float],
-                 key: str | None = None, path: str = "output") -> str | None:
-    """``None`` when every case matches, else the message for what went wrong.
+                 key: str | None = None, path: str = "output") -> tuple[str, str] | None:
+    """``None`` when every case matches, else where and what went wrong.
 
     The earliest failing case is described: by the known mistake that explains every
     failing case, or the one its output matches, else by what it raised or what differs
@@ -260,7 +260,7 @@ def _judge_cases(question: Question, cases: list[Case], expected: list[Any], got
     everywhere = [m for m in question.mistakes if all(m in matches.get(i, []) for i, _ in failing)]
     chosen = everywhere or matches.get(first, [])
     if chosen:
-        return f"{_where(cases[first], first + 1)}: {chosen[0].message}"
+        return _where(cases[first], first + 1), chosen[0].message
     if question.diagnose is not None and "shape" not in problem and "raised" not in problem:
         want = expected[first] if key is None else expected[first][key]
         mine = got[first] if key is None else got[first][key]
@@ -270,13 +270,12 @@ def _judge_cases(question: Question, cases: list[Case], expected: list[Any], got
             teaching = None
         if teaching:
             problem = f"{teaching}; {problem}"
-    text = f"{_where(cases[first], first + 1)}: {problem}"
     later = [(i, matches[i][0]) for i, _ in failing if matches.get(i)]
     if later:
         index, mistake = later[0]
-        text += (f"; on {_where(cases[index], index + 1)}, what you return is a known "
-                 f"mistake: {mistake.message}")
-    return text
+        problem += (f"; on {_where(cases[index], index + 1)}, what you return is a known "
+                    f"mistake: {mistake.message}")
+    return _where(cases[first], first + 1), problem
 
 
 def evaluate(
@@ -299,12 +298,12 @@ def evaluate(
         return result(question, "error", "the grader received a malformed answer")
     if question.parts is not None:
         return _evaluate_parts(question, cases, expected, list(outputs), wrong)
-    message = _judge_cases(question, cases, expected, list(outputs), wrong,
-                           (question.rtol, question.atol))
-    if message is None:
+    found = _judge_cases(question, cases, expected, list(outputs), wrong,
+                         (question.rtol, question.atol))
+    if found is None:
         return result(question, "passed", f"all {len(expected)} cases match")
-    return result(question, "error" if "` raised " in message and all(
-        _raised(o) for o in outputs) else "failed", message)
+    status = "error" if all(_raised(o) for o in outputs) else "failed"
+    return result(question, status, f"{found[0]}: {found[1]}")
 
 
 def _evaluate_parts(question: Question, cases: list[Case], expected: list[Any],
@@ -321,20 +320,26 @@ def _evaluate_parts(question: Question, cases: list[Case], expected: list[Any],
             found = sorted(got) if type(got) is dict else type(got).__name__
             return result(question, "failed", f"return a dict with the keys {keys} (got "
                           f"{found})", points=0)
-    problems: dict[str, list[str]] = {}
+    problems: dict[tuple[str, str], list[str]] = {}
     points = 0
     for key, worth in parts.items():
         tolerance = question.part_tolerance.get(key, (question.rtol, question.atol))
-        message = _judge_cases(question, cases, expected, outputs, wrong, tolerance, key,
-                               path=repr(key))
-        if message is None:
+        found = _judge_cases(question, cases, expected, outputs, wrong, tolerance, key,
+                             path=repr(key))
+        if found is None:
             points += worth
-        else:
-            problems.setdefault(message.replace(f"{key!r}: ", ""), []).append(repr(key))
+        else:  # parts that fail the same way on the same case are reported once
+            where, text = found
+            problems.setdefault((where, text.replace(f"{key!r}: ", "")), []).append(repr(key))
     if not problems:
         return result(question, "passed", f"every part matches on all {len(expected)} cases")
-    text = "; ".join(f"{', '.join(keys)}: {message}" for message, keys in problems.items())
+    text = "; ".join(f"{_and(keys)} in {where}: {message}"
+                     for (where, message), keys in problems.items())
     return result(question, "failed", text, points=points)
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def builds_on_failed(questions: Sequence[Question],
