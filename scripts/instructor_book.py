@@ -1,9 +1,9 @@
 """``make instructor-book``: the instructor's edition of the book, in its own folder.
 
-The same book, built from the same sources, except that the Exercises part shows the
-reference solutions (``exercises/solutions/NN_name.ipynb``) instead of the learner's
-notebooks: each answer's code folded away behind a toggle (cells tagged ``hide-input``)
-and each question's explanation in a dropdown, plus a page for instructors. The learner's
+The same book, built from the same sources, except that in the Exercises part each
+exercise is followed by its reference solution (``exercises/solutions/NN_name.ipynb``):
+each answer's code folded away behind a toggle (cells tagged ``hide-input``) and each
+question's explanation in a dropdown, plus a page for instructors. The learner's
 book never lists these notebooks. The chapters' executed outputs come from the learner
 book's execution cache, so only the solutions run. Output: ``_build/instructor/_build/html``.
 """
@@ -22,8 +22,8 @@ PAGE = "book/instructor"
 
 
 def instructor_toc(toc: dict) -> dict:
-    """The learner's table of contents with each exercise replaced by its solution and the
-    instructor's page first in the Exercises part."""
+    """The learner's table of contents with each exercise's solution under the exercise
+    and the instructor's page first in the Exercises part."""
 
     def swap(entries: list[dict]) -> list[dict]:
         out = []
@@ -31,8 +31,9 @@ def instructor_toc(toc: dict) -> dict:
             entry = dict(entry)
             name = entry.get("file", "")
             if name.startswith("exercises/") and name.count("/") == 1:
-                entry["file"] = name.replace("exercises/", "exercises/solutions/", 1)
-            if "sections" in entry:
+                solution = name.replace("exercises/", "exercises/solutions/", 1)
+                entry["sections"] = [{"file": solution}]
+            elif "sections" in entry:
                 entry["sections"] = swap(entry["sections"])
             if entry.get("file") == "book/exercises":
                 entry["sections"] = [{"file": PAGE}, *entry.get("sections", [])]
@@ -47,7 +48,12 @@ def instructor_config(config: dict) -> dict:
     """The learner book's configuration, titled as the instructor's edition and sharing
     the learner book's execution cache."""
     execute = {**config.get("execute", {}), "cache": str(ROOT / "_build" / ".jupyter_cache")}
-    return {**config, "title": f"{config['title']} (instructor's edition)", "execute": execute}
+    sphinx = dict(config.get("sphinx", {}))
+    # local extensions are found relative to the configuration file, which lives elsewhere
+    sphinx["local_extensions"] = {name: str(ROOT / path)
+                                  for name, path in sphinx.get("local_extensions", {}).items()}
+    return {**config, "title": f"{config['title']} (instructor's edition)", "execute": execute,
+            "sphinx": sphinx}
 
 
 def main() -> int:
