@@ -3,9 +3,9 @@
 
 A query ``x`` is answered with a weighted average of the values ``y_i``; the
 weight of ``y_i`` grows as its key ``x_i`` gets closer to ``x``. Shapes:
-``queries`` is ``(Nq,)`` or ``(Nq, d)``, ``keys`` is ``(Nk,)`` or ``(Nk, d)``,
-``values`` is ``(Nk,)`` or ``(Nk, dv)``; ``weights`` is always ``(Nq, Nk)`` and
-each of its rows sums to 1.
+``queries`` is ``(Nq,)`` or ``(Nq, d)``, ``keys`` is ``(Nk,)`` or
+``(Nk, d)``, ``values`` is ``(Nk,)`` or ``(Nk, dv)``; ``weights`` is always
+``(Nq, Nk)`` and each of its rows sums to 1.
 
 With the Gaussian kernel the weights are a softmax of scores, and the score
 ``-|q - k|^2 / (2 h^2)`` is a dot product plus a bias per key (plus a term
@@ -85,9 +85,9 @@ def squared_distances(
 ) -> torch.Tensor:
     """``|q_i - k_j|^2`` for every query and key, ``(Nq, Nk)``.
 
-    Computed from the differences, so it is exact: ``torch.cdist``'s fast path
-    (``|q|^2 + |k|^2 - 2 q.k``) loses the small distances a narrow kernel
-    depends on.
+    Computed from the differences, so it is exact: ``torch.cdist``'s fast
+    path (``|q|^2 + |k|^2 - 2 q.k``) loses the small distances a narrow
+    kernel depends on.
     """
     q, k = _as_query_key_points(queries, keys)
     return (q[:, None, :] - k[None, :, :]).pow(2).sum(dim=-1)
@@ -98,8 +98,8 @@ def scaled_distances(
     keys: torch.Tensor,
     bandwidth: float | torch.Tensor = 1.0,
 ) -> torch.Tensor:
-    """``u[i, j] = |q_i - k_j| / h``, the distance of every query to every key,
-    ``(Nq, Nk)``."""
+    """``u[i, j] = |q_i - k_j| / h``, the distance of every query to every
+    key, ``(Nq, Nk)``."""
     return squared_distances(queries, keys).sqrt() / bandwidth
 
 
@@ -129,9 +129,11 @@ def gaussian_scores(
     keys: torch.Tensor,
     bandwidth: float | torch.Tensor = 1.0,
 ) -> torch.Tensor:
-    """The Gaussian kernel's scores ``-|q_i - k_j|^2 / (2 h^2)``, ``(Nq, Nk)``.
+    """The Gaussian kernel's scores ``-|q_i - k_j|^2 / (2 h^2)``,
+    ``(Nq, Nk)``.
 
-    Their softmax over the keys (each row) is the kernel's attention weights.
+    Their softmax over the keys (each row) is the kernel's attention
+    weights.
     """
     return -0.5 * squared_distances(queries, keys) / bandwidth**2
 
@@ -145,13 +147,14 @@ def attention_weights(
     """Normalised kernel weights ``alpha(q_i, k_j)``, ``(Nq, Nk)``, rows
     summing to 1.
 
-    The Gaussian kernel is normalised with a softmax over ``-u^2 / 2``, which is
-    exact and never divides by zero. For the compact kernels a query with no key
-    inside its window gives all its weight to the nearest key.
+    The Gaussian kernel is normalised with a softmax of its scores, which is
+    exact and never divides by zero. For the compact kernels a query with no
+    key inside its window gives all its weight to the nearest key.
     """
     _check_bandwidth(bandwidth)
     if kernel == "gaussian":
-        return torch.softmax(gaussian_scores(queries, keys, bandwidth), dim=-1)
+        scores = gaussian_scores(queries, keys, bandwidth)
+        return torch.softmax(scores, dim=-1)
     u = scaled_distances(queries, keys, bandwidth)
     scores = kernel_scores(u, kernel)
     totals = scores.sum(dim=-1, keepdim=True)
@@ -234,9 +237,13 @@ def gaussian_score_parts(
 
 
 def leave_one_out_mse(
-    x: torch.Tensor, y: torch.Tensor, bandwidth: float, kernel: str = "gaussian"
+    x: torch.Tensor,
+    y: torch.Tensor,
+    bandwidth: float,
+    kernel: str = "gaussian",
 ) -> float:
-    """Mean squared error of predicting each ``y_i`` from all the other points.
+    """Mean squared error of predicting each ``y_i`` from all the other
+    points.
 
     ``x`` is ``(N,)`` or ``(N, d)``, ``y`` is ``(N,)`` or ``(N, dv)``. Each
     point's own distance is set to infinity, so it gets no weight. With a
@@ -315,23 +322,25 @@ class NWKernelRegression(nn.Module):
     ) -> torch.Tensor:
         """Predictions ``(Nq,)`` or ``(Nq, dv)``.
 
-        ``exclude_self`` (needs ``Nq == Nk``, queries equal to keys) gives the
-        diagonal no weight: the leave-one-out fit used in training, without
-        which the best bandwidth would shrink to zero and every point would
-        predict itself.
+        ``exclude_self`` (needs ``Nq == Nk``, queries equal to keys) gives
+        the diagonal no weight: the leave-one-out fit used in training,
+        without which the best bandwidth would shrink to zero and every point
+        would predict itself.
         """
         q, k = _check_inputs(queries, keys, values)
         scores = gaussian_scores(q, k, self.bandwidth)
         if exclude_self:
             if q.shape[0] != k.shape[0]:
                 raise ValueError(
-                    f"exclude_self needs as many queries as keys; got queries "
-                    f"{tuple(queries.shape)} and keys {tuple(keys.shape)}"
+                    f"exclude_self needs as many queries as keys; got "
+                    f"queries {tuple(queries.shape)} and keys "
+                    f"{tuple(keys.shape)}"
                 )
             eye = torch.eye(q.shape[0], dtype=torch.bool, device=q.device)
             scores = scores.masked_fill(eye, -math.inf)
-        self.attention_weights = torch.softmax(scores, dim=-1)
-        return self.attention_weights @ values.to(self.attention_weights.dtype)
+        weights = torch.softmax(scores, dim=-1)
+        self.attention_weights = weights
+        return weights @ values.to(weights.dtype)
 
 
 class BandwidthFit(NamedTuple):
@@ -414,7 +423,8 @@ def pooling_predictions(
         h = choose_bandwidth(x_train, y_train, candidates, kernel)
         pred = nadaraya_watson(x_test, x_train, y_train, h, kernel)[0]
         results[f"{KERNEL_NAMES[kernel]}, h by leave-one-out"] = (pred, h)
-    fit = learn_bandwidth(x_train, y_train, steps=steps, lr=lr, progress=False)
+    fit = learn_bandwidth(x_train, y_train, steps=steps, lr=lr,
+                          progress=False)
     with torch.no_grad():
         learned = fit.model(x_test, x_train, y_train)
     results["Gaussian, h learned"] = (learned, fit.model.bandwidth.item())
