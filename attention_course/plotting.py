@@ -13,13 +13,18 @@ import functools
 import logging
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib import font_manager
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from attention_course.data.regression import RegressionData
 
 logger = logging.getLogger(__name__)
 
@@ -247,5 +252,130 @@ def plot_losses(
     if len(histories) > 1 or next(iter(histories)) != "loss":
         ax.legend()
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+# Colour-blind-safe colours (Okabe and Ito), each prediction also with its
+# own line style, so that no curve is told apart by colour alone.
+FIT_STYLES = (
+    ("#D55E00", "-"),
+    ("#0072B2", "--"),
+    ("#CC79A7", "-."),
+    ("#009E73", ":"),
+)
+
+
+def plot_regression_fit(
+    ax: Axes,
+    data: RegressionData,
+    predictions: torch.Tensor | Mapping[str, torch.Tensor] | None = None,
+    *,
+    title: str | None = None,
+    held_out: bool = False,
+    legend: bool = True,
+) -> Axes:
+    """Draw chapter 1's regression data on ``ax`` and return it.
+
+    The noiseless curve (dotted, black), the training pairs (dots), the
+    held-out pairs if ``held_out`` (crosses) and the prediction curves at
+    ``data.x_test``: one ``(n_test,)`` tensor (labelled "prediction") or
+    ``{label: tensor}``, each in its own colour and line style.
+    """
+    if isinstance(predictions, torch.Tensor):
+        predictions = {"prediction": predictions}
+    predictions = dict(predictions or {})
+    if len(predictions) > len(FIT_STYLES):
+        raise ValueError(
+            f"at most {len(FIT_STYLES)} prediction curves, got "
+            f"{len(predictions)}"
+        )
+    ax.plot(data.x_test, data.truth_test, color="black", ls=":", lw=1.2,
+            label="true curve")
+    ax.scatter(data.x_train, data.y_train, s=14, color="#56B4E9",
+               edgecolors="#0072B2", linewidths=0.5,
+               label="training pairs $(x_i, y_i)$")
+    if held_out:
+        ax.scatter(data.x_test, data.y_test, s=16, marker="x", color="0.4",
+                   linewidths=1, label="held-out pairs")
+    for (label, pred), (colour, style) in zip(
+        predictions.items(), FIT_STYLES, strict=False
+    ):
+        y = _as_numpy(pred)
+        if y.shape != tuple(data.x_test.shape):
+            raise ValueError(
+                f"predictions {label!r} must have shape "
+                f"{tuple(data.x_test.shape)} (one per test input), got "
+                f"{y.shape}"
+            )
+        ax.plot(data.x_test, y, color=colour, ls=style, lw=2, label=label)
+    ax.set_xlabel("$x$")
+    ax.set_ylabel("$y$")
+    if title:
+        ax.set_title(title)
+    if legend:
+        ax.legend(fontsize=7, loc="upper right")
+    return ax
+
+
+def plot_query_weights(
+    ax: Axes,
+    keys: torch.Tensor,
+    weights: torch.Tensor,
+    query: float,
+) -> Axes:
+    """One query's attention weights ``(Nk,)`` as bars over its scalar keys
+    ``(Nk,)``, with the query marked by a dotted line. Returns ``ax``."""
+    k, w = _as_numpy(keys), _as_numpy(weights)
+    if k.ndim != 1 or w.shape != k.shape:
+        raise ValueError(
+            f"keys and weights must both have shape (Nk,); got keys "
+            f"{k.shape} and weights {w.shape}"
+        )
+    ax.bar(k, w, width=0.05, color="#E69F00", edgecolor="#8C5A00",
+           linewidth=0.5)
+    ax.axvline(query, color="black", lw=1, ls=":")
+    ax.set_xlabel("key $x_i$")
+    ax.set_ylabel(f"weight $\\alpha({query:g}, x_i)$")
+    return ax
+
+
+def plot_runs(
+    runs: Mapping[str, Sequence[float]],
+    *,
+    xlabel: str,
+    reference: float | None = None,
+    reference_label: str | None = None,
+    ax: Axes | None = None,
+) -> Figure:
+    """Every run of every method as a dot (one row per method, top to
+    bottom in the order given), with the mean and one standard deviation
+    either side as a black bar. ``reference`` draws a dotted vertical line
+    (a noise floor, say). Returns the figure."""
+    if not runs:
+        raise ValueError("runs must hold at least one method")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 0.45 * len(runs) + 1.2))
+    jitter = np.random.default_rng(0)
+    for row, (name, values) in enumerate(runs.items()):
+        v = np.asarray(list(values), dtype=float)
+        if v.size == 0:
+            raise ValueError(f"method {name!r} has no runs")
+        y = row + jitter.uniform(-0.15, 0.15, v.size)
+        ax.scatter(v, y, s=16, color="#0072B2", alpha=0.6,
+                   edgecolors="none")
+        spread = v.std(ddof=1) if v.size > 1 else 0.0
+        ax.errorbar(v.mean(), row, xerr=spread, fmt="D", color="black",
+                    ms=5, capsize=4, lw=1.5)
+    ax.set_yticks(range(len(runs)), list(runs))
+    if not ax.yaxis_inverted():  # an axis shared with an earlier call
+        ax.invert_yaxis()
+    if reference is not None:
+        ax.axvline(reference, color="0.4", ls=":", label=reference_label)
+        if reference_label:
+            ax.legend(fontsize=8, loc="lower right")
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x", alpha=0.3)
+    fig = ax.figure
     fig.tight_layout()
     return fig
