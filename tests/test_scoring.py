@@ -273,3 +273,11 @@ def test_compare_on_matching_gives_every_score_the_same_task():
         assert torch.equal(a.accuracy, b.accuracy) and not torch.equal(a.loss, b.loss)
         assert torch.equal(a.transform, b.transform)
     assert not torch.equal(runs["dot"][0].transform, runs["dot"][1].transform)
+
+
+def test_compare_on_matching_starts_the_learned_scores_at_chance():
+    # The initial parameters must not share random numbers with the rotation.
+    runs = compare_on_matching({"bilinear": lambda: BilinearScore(6, 6)}, seeds=[0, 1, 2],
+                               dim=6, num_keys=4, steps=10, eval_every=10, num_val=2000)
+    start = torch.stack([r.accuracy[0] for r in runs["bilinear"]])
+    assert start.max() < 0.5, start  # chance is 0.25; sharing gave 0.7 to 0.84
