@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -304,3 +305,74 @@ def scaled_dot_product_attention(
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)
     return weights @ value, weights
+
+
+class OneLayerLM(nn.Module):
+    """A language model with one attention layer: at position ``t`` it
+    predicts token ``t + 1``.
+
+    Token embeddings plus learned position embeddings, one head of
+    :func:`scaled_dot_product_attention` whose keys are masked beyond each
+    sequence's valid length, a residual connection, layer norm and a linear
+    read-out to the vocabulary. Whether the look-ahead mask is used is chosen
+    at every call, so that a model trained without it can be evaluated with
+    it (chapter 3 does exactly that).
+    """
+
+    def __init__(
+        self, vocab_size: int, d_model: int = 32, max_len: int = 64
+    ) -> None:
+        super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("d_model", d_model),
+                            ("max_len", max_len)):
+            if isinstance(value, bool) or not isinstance(value, int) \
+                    or value < 1:
+                raise ValueError(
+                    f"{name} must be a positive int, got {value!r}"
+                )
+        self.max_len = max_len
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.position = nn.Embedding(max_len, d_model)
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        valid_lens: torch.Tensor,
+        is_causal: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``ids (B, T)`` token ids and ``valid_lens (B,)``, the number of
+        real tokens of each row (the keys after them are padding and get
+        weight 0). ``is_causal`` adds the look-ahead mask. Returns
+        ``logits (B, T, vocab_size)`` and the attention weights
+        ``(B, T, T)``.
+        """
+        if ids.dim() != 2:
+            raise ValueError(
+                f"ids must have shape (B, T), got {tuple(ids.shape)}"
+            )
+        batch, length = ids.shape
+        if length > self.max_len:
+            raise ValueError(
+                f"ids has {length} positions, more than max_len = "
+                f"{self.max_len}"
+            )
+        if torch.as_tensor(valid_lens).shape != (batch,):
+            raise ValueError(
+                f"valid_lens must have shape (B,) = ({batch},), got "
+                f"{tuple(torch.as_tensor(valid_lens).shape)}"
+            )
+        positions = torch.arange(length, device=ids.device)
+        x = self.embed(ids) + self.position(positions)
+        keys = padding_mask(valid_lens, length).to(ids.device)[:, None, :]
+        mixed, weights = scaled_dot_product_attention(
+            self.q_proj(x), self.k_proj(x), self.v_proj(x),
+            attn_mask=keys, is_causal=is_causal,
+        )
+        hidden = self.norm(x + self.out_proj(mixed))
+        return self.head(hidden), weights
