@@ -379,3 +379,59 @@ def plot_runs(
     fig = ax.figure
     fig.tight_layout()
     return fig
+
+
+# Okabe and Ito's colour-blind-safe palette, with a line style and a marker per
+# series, so that series differ by more than their colour.
+_SERIES_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00",
+                   "#56B4E9")
+_SERIES_STYLES = ("-", "--", ":", "-.")
+_SERIES_MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def plot_curves(
+    runs: Mapping[str, Sequence[tuple[Sequence[float], Sequence[float]]]],
+    *,
+    xlabel: str = "step",
+    ylabel: str = "validation loss",
+    log: bool = False,
+    title: str | None = None,
+) -> Figure:
+    """Curves of several runs (seeds) of several conditions, and the figure.
+
+    ``runs`` maps a condition's name to its runs, each ``(x, y)`` (steps and
+    values). The runs of one condition share a colour, a line style and a
+    marker; each condition is named at the end of its curves (the mean of
+    its runs' last values) as well as in the legend.
+    """
+    if not runs or any(len(curves) == 0 for curves in runs.values()):
+        raise ValueError("runs must map each condition to at least one "
+                         "(x, y) run")
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for i, (name, curves) in enumerate(runs.items()):
+        style = dict(color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)],
+                     linestyle=_SERIES_STYLES[i % len(_SERIES_STYLES)],
+                     marker=_SERIES_MARKERS[i % len(_SERIES_MARKERS)],
+                     markersize=3.5, linewidth=1.2, alpha=0.85)
+        ends = []
+        for k, (x, y) in enumerate(curves):
+            x, y = np.asarray(x, float), np.asarray(y, float)
+            if x.shape != y.shape or x.ndim != 1:
+                raise ValueError(
+                    f"run {k} of {name!r}: x and y must be 1-D and of one "
+                    f"length, got shapes {x.shape} and {y.shape}"
+                )
+            ax.plot(x, y, label=name if k == 0 else None, **style)
+            ends.append((x[-1], y[-1]))
+        end_x = max(e[0] for e in ends)
+        end_y = float(np.mean([e[1] for e in ends]))
+        ax.annotate(name, (end_x, end_y), xytext=(6, 0),
+                    textcoords="offset points", va="center", fontsize=8,
+                    color=style["color"])
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title or "",
+           yscale="log" if log else "linear")
+    ax.margins(x=0.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    return fig
