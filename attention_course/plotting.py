@@ -249,3 +249,53 @@ def plot_losses(
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ("-", "v"),
+           ("--", "P"))
+# Okabe and Ito's colours, told apart by colour-blind readers too (blue,
+# orange, bluish green, reddish purple, sky blue, vermillion).
+COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
+
+
+def plot_spread(
+    x: Sequence[float],
+    groups: dict[str, torch.Tensor | np.ndarray | Sequence[Sequence[float]]],
+    *,
+    ax: plt.Axes | None = None,
+    xlabel: str = "step",
+    ylabel: str = "",
+    title: str | None = None,
+) -> Figure:
+    """Draw runs repeated over seeds: per group, the mean as a line and the
+    band mean ± one (sample) standard deviation; return the figure.
+
+    ``groups`` maps a label to the runs of that group, ``(runs, len(x))``.
+    Groups differ in line style and marker as well as colour (from
+    :data:`COLOURS`), so that they stay apart without colour. Draws into
+    ``ax`` when given (one panel of a larger figure).
+    """
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5.5, 3.2), layout="constrained")
+    else:
+        fig = ax.figure
+    for index, (label, runs) in enumerate(groups.items()):
+        y = _as_numpy(runs)
+        if y.ndim != 2 or y.shape[1] != len(x):
+            raise ValueError(f"group {label!r} must be (runs, len(x)) = "
+                             f"(runs, {len(x)}); got shape {y.shape}")
+        mean = y.mean(0)
+        std = y.std(0, ddof=1) if len(y) > 1 else np.zeros_like(mean)
+        style, marker = _STYLES[index % len(_STYLES)]
+        colour = COLOURS[index % len(COLOURS)]
+        ax.plot(x, mean, linestyle=style, marker=marker, color=colour,
+                markevery=max(len(x) // 6, 1), markersize=5, label=label)
+        ax.fill_between(x, mean - std, mean + std, alpha=0.2, color=colour,
+                        linewidth=0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return fig
