@@ -381,12 +381,12 @@ def plot_runs(
     return fig
 
 
-# Okabe and Ito's colour-blind-safe palette, with a line style and a marker per
-# series, so that series differ by more than their colour.
-_SERIES_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00",
-                   "#56B4E9")
-_SERIES_STYLES = ("-", "--", ":", "-.")
-_SERIES_MARKERS = ("o", "s", "^", "D", "v", "P")
+# Okabe and Ito's colours, told apart by colour-blind readers too (blue,
+# orange, bluish green, reddish purple, sky blue, vermillion), with a line
+# style and a marker per series, so that series differ by more than colour.
+COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
+LINE_STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
 def plot_curves(
@@ -409,9 +409,9 @@ def plot_curves(
                          "(x, y) run")
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     for i, (name, curves) in enumerate(runs.items()):
-        style = dict(color=_SERIES_COLOURS[i % len(_SERIES_COLOURS)],
-                     linestyle=_SERIES_STYLES[i % len(_SERIES_STYLES)],
-                     marker=_SERIES_MARKERS[i % len(_SERIES_MARKERS)],
+        style = dict(color=COLOURS[i % len(COLOURS)],
+                     linestyle=LINE_STYLES[i % len(LINE_STYLES)],
+                     marker=MARKERS[i % len(MARKERS)],
                      markersize=3.5, linewidth=1.2, alpha=0.85)
         ends = []
         for k, (x, y) in enumerate(curves):
@@ -434,4 +434,48 @@ def plot_curves(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
+    return fig
+
+
+def plot_spread(
+    x: Sequence[float],
+    groups: dict[str, torch.Tensor | np.ndarray | Sequence[Sequence[float]]],
+    *,
+    ax: plt.Axes | None = None,
+    xlabel: str = "step",
+    ylabel: str = "",
+    title: str | None = None,
+) -> Figure:
+    """Draw runs repeated over seeds: per group, the mean as a line and the
+    band mean ± one (sample) standard deviation; return the figure.
+
+    ``groups`` maps a label to the runs of that group, ``(runs, len(x))``.
+    Groups differ in line style and marker as well as colour (from
+    :data:`COLOURS`), so that they stay apart without colour. Draws into
+    ``ax`` when given (one panel of a larger figure).
+    """
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5.5, 3.2), layout="constrained")
+    else:
+        fig = ax.figure
+    for index, (label, runs) in enumerate(groups.items()):
+        y = _as_numpy(runs)
+        if y.ndim != 2 or y.shape[1] != len(x):
+            raise ValueError(f"group {label!r} must be (runs, len(x)) = "
+                             f"(runs, {len(x)}); got shape {y.shape}")
+        mean = y.mean(0)
+        std = y.std(0, ddof=1) if len(y) > 1 else np.zeros_like(mean)
+        style = LINE_STYLES[index % len(LINE_STYLES)]
+        marker = MARKERS[index % len(MARKERS)]
+        colour = COLOURS[index % len(COLOURS)]
+        ax.plot(x, mean, linestyle=style, marker=marker, color=colour,
+                markevery=max(len(x) // 6, 1), markersize=5, label=label)
+        ax.fill_between(x, mean - std, mean + std, alpha=0.2, color=colour,
+                        linewidth=0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
     return fig
