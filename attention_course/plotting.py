@@ -249,3 +249,81 @@ def plot_losses(
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+# Okabe and Ito's colours, told apart with every common colour-vision
+# deficiency; each curve also gets its own marker and line style.
+CURVE_STYLES = (
+    ("#0072B2", "o", "-"),
+    ("#E69F00", "s", "--"),
+    ("#009E73", "^", "-."),
+    ("#CC79A7", "D", ":"),
+    ("#56B4E9", "v", "-"),
+    ("#D55E00", "P", "--"),
+    ("#000000", "X", "-."),
+)
+
+
+def plot_mean_std(
+    curves: dict[str, torch.Tensor | np.ndarray],
+    *,
+    x: Sequence[float] | None = None,
+    xlabel: str = "",
+    ylabel: str = "",
+    title: str | None = None,
+    mark: float | None = None,
+    mark_label: str = "",
+    ylim: tuple[float, float] | None = None,
+    markevery: int | None = None,
+    ax: plt.Axes | None = None,
+) -> Figure:
+    """Curves over several runs, ``{name: values (runs, points)}``: the mean
+    as a line, mean +- one standard deviation as a band, and every run's
+    points faintly.
+
+    Each name gets its own colour, marker and line style, and a legend entry
+    that says how many runs it has. ``x`` gives the points' positions
+    (default 1, 2, ...); ``mark`` draws a dotted vertical line there, labelled
+    ``mark_label``. Draws into ``ax`` when given; returns the figure.
+    """
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7.5, 4.0), layout="constrained")
+    else:
+        fig = ax.figure
+    for index, (name, values) in enumerate(curves.items()):
+        y = _as_numpy(values)
+        if y.ndim == 1:
+            y = y[None]
+        if y.ndim != 2:
+            raise ValueError(f"curves[{name!r}] must be (runs, points); got "
+                             f"shape {y.shape}")
+        xs = np.arange(1, y.shape[1] + 1) if x is None else np.asarray(x)
+        if len(xs) != y.shape[1]:
+            raise ValueError(f"x has {len(xs)} points but curves[{name!r}] "
+                             f"has {y.shape[1]}")
+        colour, marker, style = CURVE_STYLES[index % len(CURVE_STYLES)]
+        mean = y.mean(0)
+        std = y.std(0) if len(y) > 1 else np.zeros_like(mean)
+        ax.fill_between(xs, mean - std, mean + std, color=colour, alpha=0.2,
+                        linewidth=0)
+        for run in y:
+            ax.plot(xs, run, color=colour, alpha=0.25, linewidth=0.8)
+        ax.plot(xs, mean, color=colour, linestyle=style, marker=marker,
+                markevery=markevery, markersize=5,
+                label=f"{name} ({len(y)} runs)")
+    if mark is not None:
+        ax.axvline(mark, color="0.4", linestyle=":", linewidth=1.2)
+        if mark_label:
+            ax.annotate(mark_label, (mark, 1),
+                        xycoords=("data", "axes fraction"), xytext=(4, -4),
+                        textcoords="offset points", ha="left", va="top",
+                        fontsize=9, color="0.3")
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(safe_text(title))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=9)
+    return fig
