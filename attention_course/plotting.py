@@ -258,9 +258,9 @@ CURVE_STYLES = (
     ("#E69F00", "s", "--"),
     ("#009E73", "^", "-."),
     ("#CC79A7", "D", ":"),
-    ("#56B4E9", "v", "-"),
-    ("#D55E00", "P", "--"),
-    ("#000000", "X", "-."),
+    ("#000000", "v", (0, (6, 2, 1, 2, 1, 2))),
+    ("#D55E00", "P", (0, (1, 1))),
+    ("#56B4E9", "X", (0, (8, 3))),
 )
 
 
@@ -284,7 +284,8 @@ def plot_mean_std(
     Each name gets its own colour, marker and line style, and a legend entry
     that says how many runs it has. ``x`` gives the points' positions
     (default 1, 2, ...); ``mark`` draws a dotted vertical line there, labelled
-    ``mark_label``. Draws into ``ax`` when given; returns the figure.
+    ``mark_label`` at its foot. Draws into ``ax`` when given; returns the
+    figure.
     """
     if ax is None:
         fig, ax = plt.subplots(figsize=(7.5, 4.0), layout="constrained")
@@ -314,9 +315,9 @@ def plot_mean_std(
     if mark is not None:
         ax.axvline(mark, color="0.4", linestyle=":", linewidth=1.2)
         if mark_label:
-            ax.annotate(mark_label, (mark, 1),
-                        xycoords=("data", "axes fraction"), xytext=(4, -4),
-                        textcoords="offset points", ha="left", va="top",
+            ax.annotate(mark_label, (mark, 0),
+                        xycoords=("data", "axes fraction"), xytext=(4, 4),
+                        textcoords="offset points", ha="left", va="bottom",
                         fontsize=9, color="0.3")
     if ylim is not None:
         ax.set_ylim(*ylim)

@@ -1,14 +1,14 @@
 """Chapter 8: where am I? Position information, and how far it reaches.
 
-Attention alone does not see order: permute the keys and values together and
-every query's output stays the same. A model learns where tokens are in one of
-two ways.
+Attention alone does not see order: permute the keys and values together
+and every query's output stays the same. A model learns where tokens are in
+one of two ways.
 
-* **Absolute** positions are added to the token embeddings: the sinusoidal table
-  of Vaswani et al. 2017
+* **Absolute** positions are added to the token embeddings: the sinusoidal
+  table of Vaswani et al. 2017
   (:func:`attention_course.transformer.sinusoidal_positional_encoding`) or a
-  learned table (:class:`LearnedPositionalEmbedding`, Gehring et al. 2017; BERT,
-  GPT-2), which has no row for a position beyond ``max_len``.
+  learned table (:class:`LearnedPositionalEmbedding`, Gehring et al. 2017;
+  BERT, GPT-2), which has no row for a position beyond ``max_len``.
 * **Relative** positions enter attention itself. Rotary embeddings
   (RoPE, Su et al. 2021, :func:`rotary_embedding`) rotate queries and keys so
   that a score ``q . k`` depends on the offset ``p - s`` between their
@@ -21,8 +21,14 @@ two ways.
 :class:`attention_course.multihead.MultiHeadAttention` takes
 ``positional="rope"`` or ``"alibi"``, and
 :class:`attention_course.transformer.Transformer` takes
-``positional="sinusoidal" | "learned" | "rope" | "alibi" | "none"``. Shapes are
-batch-first; a float bias is added to the scores, ``-inf`` removes a position.
+``positional="sinusoidal" | "learned" | "rope" | "alibi" | "none"``.
+Shapes are batch-first; a float bias is added to the scores, ``-inf`` removes
+a position.
+
+The experiment of the chapter (:func:`length_extrapolation`) trains a small
+decoder-only model (:class:`CausalTransformer`) with each scheme on short
+sequences of a task where the nearest match wins
+(:func:`latest_value_task`), and tests it on longer ones.
 """
 
 from __future__ import annotations
@@ -46,23 +52,25 @@ def rotary_embedding(x: Tensor, positions: Tensor | None = None,
     position (RoPE).
 
     Features are paired as **adjacent pairs** ``(x[2i], x[2i+1])``,
-    ``i = 0 .. d/2 - 1``, as in the derivation of Su et al., where pair ``i`` is
-    the complex number ``x[2i] + 1j * x[2i+1]``; the pair at position ``p`` is
-    turned by the angle ``p * theta_i`` with ``theta_i = base^(-2i/d)``::
+    ``i = 0 .. d/2 - 1``, as in the derivation of Su et al., where pair
+    ``i`` is the complex number ``x[2i] + 1j * x[2i+1]``; the pair at
+    position ``p`` is turned by the angle ``p * theta_i`` with
+    ``theta_i = base^(-2i/d)``::
 
         out[2i]     = x[2i] cos(p theta_i) - x[2i+1] sin(p theta_i)
         out[2i + 1] = x[2i] sin(p theta_i) + x[2i+1] cos(p theta_i)
 
-    (Many code bases pair ``x[i]`` with ``x[i + d/2]`` instead, "rotate half":
-    the same rotations of permuted features, so weights do not carry over
-    between the two.)
+    (Many code bases pair ``x[i]`` with ``x[i + d/2]`` instead, "rotate
+    half": the same rotations of permuted features, so weights do not carry
+    over between the two.)
 
     ``positions`` defaults to ``0 .. N-1``; otherwise a tensor (integer or
-    float) broadcastable to ``x.shape[:-1]``, e.g. ``(N,)`` or ``(B, 1, N)`` for
-    per-sequence positions. Position 0 is the identity, norms are kept, and
-    since rotations compose, ``<R_p q, R_s k> = <q, R_(s-p) k>`` depends only on
-    ``p - s``. Computed in float32 (or float64 for float64 input) and returned
-    in ``x``'s dtype and shape.
+    float) broadcastable to ``x.shape[:-1]``, e.g. ``(N,)`` or
+    ``(B, 1, N)`` for per-sequence positions. Position 0 is the identity,
+    norms are kept, and since rotations compose,
+    ``<R_p q, R_s k> = <q, R_(s-p) k>`` depends only on ``p - s``.
+    Computed in float32 (or float64 for float64 input) and returned in
+    ``x``'s dtype and shape.
     """
     if x.dim() < 2 or x.size(-1) % 2:
         raise ValueError(f"x must be (..., N, d) with an even d; got shape "
@@ -78,9 +86,9 @@ def rotary_embedding(x: Tensor, positions: Tensor | None = None,
         except RuntimeError:
             fits = False
         if not fits:
-            raise ValueError(f"positions of shape {tuple(positions.shape)} do "
-                             f"not broadcast to x.shape[:-1] = "
-                             f"{tuple(x.shape[:-1])}")
+            raise ValueError(f"positions of shape "
+                             f"{tuple(positions.shape)} do not broadcast to "
+                             f"x.shape[:-1] = {tuple(x.shape[:-1])}")
     # (d/2,)
     theta = base ** (
         -torch.arange(0, dim, 2, device=x.device, dtype=work) / dim
@@ -97,13 +105,13 @@ def rotary_embedding(x: Tensor, positions: Tensor | None = None,
 
 def relative_distances(n: int, num_keys: int | None = None,
                        align: str = "top_left", device=None) -> Tensor:
-    """Long ``(n, num_keys)``: query position minus key position, ``i - j`` for
-    keys behind.
+    """Long ``(n, num_keys)``: query position minus key position, ``i - j``
+    for keys behind.
 
-    ``num_keys`` defaults to ``n``; ``align`` places the queries among the keys
-    as :func:`attention_course.masking.causal_mask` does (``"bottom_right"``:
-    the queries are the last ``n`` positions, so query ``i`` is at
-    ``i + num_keys - n``).
+    ``num_keys`` defaults to ``n``; ``align`` places the queries among the
+    keys as :func:`attention_course.masking.causal_mask` does
+    (``"bottom_right"``: the queries are the last ``n`` positions, so query
+    ``i`` is at ``i + num_keys - n``).
     """
     start = query_start(n, num_keys, align)
     num_keys = n if num_keys is None else num_keys
@@ -116,13 +124,14 @@ def alibi_slopes(num_heads: int) -> Tensor:
     float32 ``(num_heads,)``.
 
     For 8 heads: ``1/2, 1/4, ..., 1/256``, a geometric sequence from
-    ``2^(-8/H)`` to ``2^(-8)``. (Press et al. use this formula for powers of two
-    and, for other head counts, interleave two such sequences; the course uses
-    the formula for every count.)
+    ``2^(-8/H)`` to ``2^(-8)``. (Press et al. use this formula for powers of
+    two and, for other head counts, interleave two such sequences; the course
+    uses the formula for every count.)
     """
     if (isinstance(num_heads, bool) or not isinstance(num_heads, int)
             or num_heads <= 0):
-        raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
+        raise ValueError(f"num_heads must be a positive int, "
+                         f"got {num_heads!r}")
     h = torch.arange(1, num_heads + 1, dtype=torch.float64)
     return (2.0 ** (-8.0 * h / num_heads)).float()
 
@@ -130,37 +139,40 @@ def alibi_slopes(num_heads: int) -> Tensor:
 def alibi_bias(num_heads: int, n: int, num_keys: int | None = None,
                causal: bool = True, align: str = "top_left",
                device=None) -> Tensor:
-    """The ALiBi bias added to the scores: float ``(num_heads, n, num_keys)``.
+    """The ALiBi bias added to the scores: float
+    ``(num_heads, n, num_keys)``.
 
     ``bias[h, i, j] = -m_h * (i - j)`` for keys at or before the query
-    (``j <= i``), with the slopes ``m_h`` of :func:`alibi_slopes`: the further
-    back a key, the lower its score, in every head at its own rate. For keys
-    *after* the query (``j > i``): ``causal=True`` gives ``-inf``, the
-    look-ahead mask of a decoder (as ALiBi was introduced, for language models);
-    ``causal=False`` gives ``-m_h * (j - i)``, the symmetric bias
+    (``j <= i``), with the slopes ``m_h`` of :func:`alibi_slopes`: the
+    further back a key, the lower its score, in every head at its own rate.
+    For keys *after* the query (``j > i``): ``causal=True`` gives ``-inf``,
+    the look-ahead mask of a decoder (as ALiBi was introduced, for language
+    models); ``causal=False`` gives ``-m_h * (j - i)``, the symmetric bias
     ``-m_h |i - j|`` of a bidirectional encoder.
 
-    ``num_keys`` defaults to ``n``. With a different number of keys, ``align``
-    places the queries as :func:`attention_course.masking.causal_mask` does:
-    ``"top_left"`` (query ``i`` at position ``i``) or ``"bottom_right"`` (the
-    queries are the last ``n`` of ``num_keys`` positions, as new tokens
-    attending to a KV cache).
+    ``num_keys`` defaults to ``n``. With a different number of keys,
+    ``align`` places the queries as
+    :func:`attention_course.masking.causal_mask` does: ``"top_left"`` (query
+    ``i`` at position ``i``) or ``"bottom_right"`` (the queries are the last
+    ``n`` of ``num_keys`` positions, as new tokens attending to a KV cache).
     """
     distance = relative_distances(n, num_keys, align, device)
-    bias = -alibi_slopes(num_heads).to(device)[:, None, None] * distance.abs()
+    slopes = alibi_slopes(num_heads).to(device)
+    bias = -slopes[:, None, None] * distance.abs()
     if causal:
         bias = bias.masked_fill(distance < 0, float("-inf"))
     return bias
 
 
 class LearnedPositionalEmbedding(nn.Module):
-    """Add a trainable table ``(max_len, d_model)``, a vector per position, to
-    ``(B, N, d_model)``.
+    """Add a trainable table ``(max_len, d_model)``, a vector per position,
+    to ``(B, N, d_model)``.
 
     Unlike the sinusoidal table, a learned one has nothing to say about
     positions it never saw: position ``max_len`` and beyond have no row, and
-    asking for them is an error. Rows start as ``N(0, 0.02^2)`` (as in BERT and
-    GPT-2).
+    asking for them is an error; rows below ``max_len`` that no training
+    sequence reached keep their random start. Rows start as
+    ``N(0, 0.02^2)`` (as in BERT and GPT-2).
     """
 
     def __init__(self, max_len: int, d_model: int) -> None:
@@ -174,13 +186,14 @@ class LearnedPositionalEmbedding(nn.Module):
         same shape."""
         d_model = self.table.embedding_dim
         if x.dim() != 3 or x.size(-1) != d_model:
-            raise ValueError(f"x must be (B, N, d_model={d_model}); got shape "
-                             f"{tuple(x.shape)}")
-        if offset < 0 or offset + x.size(1) > self.max_len:
+            raise ValueError(f"x must be (B, N, d_model={d_model}); got "
+                             f"shape {tuple(x.shape)}")
+        last = offset + x.size(1) - 1
+        if offset < 0 or last >= self.max_len:
             raise ValueError(f"a learned table has rows for positions "
                              f"0..{self.max_len - 1} only "
                              f"(max_len={self.max_len}); got positions "
-                             f"{offset}..{offset + x.size(1) - 1} (x of shape "
+                             f"{offset}..{last} (x of shape "
                              f"{tuple(x.shape)}, offset={offset})")
         positions = torch.arange(offset, offset + x.size(1), device=x.device)
         return x + self.table(positions).to(x.dtype)
@@ -218,16 +231,17 @@ class RelativePositionBias(nn.Module):
     """T5's learned relative position bias: one number per head and
     distance bucket.
 
-    Called as ``bias(n, num_keys=None, align="top_left")`` it returns the float
-    ``(num_heads, n, num_keys)`` to add to the scores (pass it as a float
-    ``attn_mask``): ``table[bucket(i - j), h]`` with the buckets of
-    :func:`relative_position_bucket`. Like ALiBi it depends on distances only,
-    but it learns how much each distance matters; the table starts at zero (no
-    preference).
+    Called as ``bias(n, num_keys=None, align="top_left")`` it returns the
+    float ``(num_heads, n, num_keys)`` to add to the scores (pass it as a
+    float ``attn_mask``): ``table[bucket(i - j), h]`` with the buckets of
+    :func:`relative_position_bucket`. Like ALiBi it depends on distances
+    only, but it learns how much each distance matters; the table starts at
+    zero (no preference).
     """
 
     def __init__(self, num_heads: int, num_buckets: int = 32,
-                 max_distance: int = 128, bidirectional: bool = True) -> None:
+                 max_distance: int = 128,
+                 bidirectional: bool = True) -> None:
         super().__init__()
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.bidirectional = bidirectional
@@ -245,7 +259,7 @@ class RelativePositionBias(nn.Module):
         return self.table(buckets).permute(2, 0, 1)
 
 
-# ------------------------------------------------------------- the experiment
+# ---------------------------------------------------------- the experiment
 # Chapter 8 asks what each scheme does on sequences longer than any seen in
 # training. The task, the model and the measurement live here so that the
 # chapter shows them and the tests check them.
@@ -265,9 +279,10 @@ def latest_value_task(batch_size: int, length: int, num_registers: int = 4,
     every sequence starts with a ``<bos>`` token, id
     ``num_registers * num_values``. The target of a write is the value the
     register held just before: the value of the latest earlier write to the
-    same register, or ``num_values`` ("empty") if there was none. To answer, a
-    model must find the earlier writes to the register, and among them the
-    *latest*: positions matter, and the nearest match is the right one.
+    same register, or ``num_values`` ("empty") if there was none. To
+    answer, a model must find the earlier writes to the register, and among
+    them the *latest*: positions matter, and the nearest match is the right
+    one.
 
     Returns ``ids`` and ``targets``, long ``(batch_size, length + 1)``; the
     target of ``<bos>`` is ``IGNORE``.
@@ -328,7 +343,8 @@ class CausalTransformer(nn.Module):
         self.positional = positional
         self.embedding = nn.Embedding(vocab_size, d_model)
         nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
-        in_attention = positional if positional in ("rope", "alibi") else None
+        in_attention = (positional if positional in ("rope", "alibi")
+                        else None)
         self.layers = Encoder(num_layers, d_model, num_heads, d_ff,
                               norm_first=True, positional=in_attention)
         self.output = nn.Linear(d_model, num_classes)
@@ -374,7 +390,8 @@ class ExtrapolationSetup:
     eval_sequences: int = 512
 
     def model(self, positional: str, seed: int) -> CausalTransformer:
-        """A fresh model; its tables reach ``test_length`` (plus ``<bos>``)."""
+        """A fresh model; its tables reach ``test_length`` (and
+        ``<bos>``)."""
         torch.manual_seed(seed)
         return CausalTransformer(
             self.num_registers * self.num_values + 1, self.num_values + 1,
@@ -388,7 +405,8 @@ class ExtrapolationSetup:
         seed."""
         g = torch.Generator().manual_seed(seed)
         ids, targets = latest_value_task(count * batch_size, length,
-                                         self.num_registers, self.num_values, g)
+                                         self.num_registers, self.num_values,
+                                         g)
         return list(zip(ids.split(batch_size), targets.split(batch_size),
                         strict=True))
 
@@ -415,8 +433,8 @@ def accuracy_by_position(model: CausalTransformer, ids: Tensor,
 
 @dataclass
 class Run:
-    """One trained model: its scheme and seed, the loss of every step, and the
-    accuracy at every position of the test sequences after every
+    """One trained model: its scheme and seed, the loss of every step, and
+    the accuracy at every position of the test sequences after every
     ``eval_every`` steps (``accuracy[k, t]``: after ``steps[k]`` steps, at
     write ``t + 1``)."""
 
@@ -469,6 +487,7 @@ def length_extrapolation(setup: ExtrapolationSetup, schemes: Sequence[str],
         for scheme in schemes:
             for seed in seeds:
                 bar.set_postfix(scheme=scheme, seed=seed)
-                runs[scheme].append(train_scheme(setup, scheme, seed, device))
+                run = train_scheme(setup, scheme, seed, device)
+                runs[scheme].append(run)
                 bar.update(1)
     return runs
