@@ -437,45 +437,70 @@ def plot_curves(
     return fig
 
 
-def plot_spread(
-    x: Sequence[float],
-    groups: dict[str, torch.Tensor | np.ndarray | Sequence[Sequence[float]]],
+def plot_mean_std(
+    curves: dict[str, torch.Tensor | np.ndarray],
     *,
-    ax: plt.Axes | None = None,
-    xlabel: str = "step",
+    x: Sequence[float] | None = None,
+    xlabel: str = "",
     ylabel: str = "",
     title: str | None = None,
+    mark: float | None = None,
+    mark_label: str = "",
+    ylim: tuple[float, float] | None = None,
+    markevery: int | None = None,
+    ax: plt.Axes | None = None,
 ) -> Figure:
-    """Draw runs repeated over seeds: per group, the mean as a line and the
-    band mean ± one (sample) standard deviation; return the figure.
+    """Curves over several runs (seeds), ``{name: values (runs, points)}``:
+    the mean as a line, mean +- one (sample) standard deviation as a band,
+    and every run faintly.
 
-    ``groups`` maps a label to the runs of that group, ``(runs, len(x))``.
-    Groups differ in line style and marker as well as colour (from
-    :data:`COLOURS`), so that they stay apart without colour. Draws into
-    ``ax`` when given (one panel of a larger figure).
+    Each name gets its own colour (:data:`COLOURS`), marker and line style,
+    so that curves stay apart without colour, and a legend entry
+    that says how many runs it has. ``x`` gives the points' positions
+    (default 1, 2, ...); ``mark`` draws a dotted vertical line there, labelled
+    ``mark_label`` at its foot. Draws into ``ax`` when given; returns the
+    figure.
     """
     if ax is None:
-        fig, ax = plt.subplots(figsize=(5.5, 3.2), layout="constrained")
+        fig, ax = plt.subplots(figsize=(7.5, 4.0), layout="constrained")
     else:
         fig = ax.figure
-    for index, (label, runs) in enumerate(groups.items()):
-        y = _as_numpy(runs)
-        if y.ndim != 2 or y.shape[1] != len(x):
-            raise ValueError(f"group {label!r} must be (runs, len(x)) = "
-                             f"(runs, {len(x)}); got shape {y.shape}")
-        mean = y.mean(0)
-        std = y.std(0, ddof=1) if len(y) > 1 else np.zeros_like(mean)
+    for index, (name, values) in enumerate(curves.items()):
+        y = _as_numpy(values)
+        if y.ndim == 1:
+            y = y[None]
+        if y.ndim != 2:
+            raise ValueError(f"curves[{name!r}] must be (runs, points); got "
+                             f"shape {y.shape}")
+        xs = np.arange(1, y.shape[1] + 1) if x is None else np.asarray(x)
+        if len(xs) != y.shape[1]:
+            raise ValueError(f"x has {len(xs)} points but curves[{name!r}] "
+                             f"has {y.shape[1]}")
+        colour = COLOURS[index % len(COLOURS)]
         style = LINE_STYLES[index % len(LINE_STYLES)]
         marker = MARKERS[index % len(MARKERS)]
-        colour = COLOURS[index % len(COLOURS)]
-        ax.plot(x, mean, linestyle=style, marker=marker, color=colour,
-                markevery=max(len(x) // 6, 1), markersize=5, label=label)
-        ax.fill_between(x, mean - std, mean + std, alpha=0.2, color=colour,
+        mean = y.mean(0)
+        std = y.std(0, ddof=1) if len(y) > 1 else np.zeros_like(mean)
+        ax.fill_between(xs, mean - std, mean + std, color=colour, alpha=0.2,
                         linewidth=0)
+        for run in y:
+            ax.plot(xs, run, color=colour, alpha=0.25, linewidth=0.8)
+        ax.plot(xs, mean, color=colour, linestyle=style, marker=marker,
+                markevery=markevery, markersize=5,
+                label=f"{name} ({len(y)} runs)")
+    if mark is not None:
+        ax.axvline(mark, color="0.4", linestyle=":", linewidth=1.2)
+        if mark_label:
+            ax.annotate(mark_label, (mark, 0),
+                        xycoords=("data", "axes fraction"), xytext=(4, 4),
+                        textcoords="offset points", ha="left", va="bottom",
+                        fontsize=9, color="0.3")
+    if ylim is not None:
+        ax.set_ylim(*ylim)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
-        ax.set_title(title)
+        ax.set_title(safe_text(title))
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=9)
     return fig

@@ -199,22 +199,23 @@ def test_console_script_runs() -> None:
     assert "torch" in result.stdout and "device" in result.stdout
 
 
-def test_plot_spread_draws_a_mean_and_a_band_per_group() -> None:
+def test_plot_mean_std_draws_a_mean_and_a_sample_std_band_per_group() -> None:
     x = [0, 10, 20]
     runs = {"a": torch.tensor([[0.0, 1.0, 2.0], [2.0, 3.0, 4.0]]),
             "b": np.ones((3, 3))}
-    fig = plotting.plot_spread(x, runs, ylabel="accuracy", title="t")
+    fig = plotting.plot_mean_std(runs, x=x, ylabel="accuracy", title="t")
     ax = fig.axes[0]
-    assert [line.get_label() for line in ax.lines] == ["a", "b"]
-    np.testing.assert_allclose(ax.lines[0].get_ydata(), [1.0, 2.0, 3.0])
-    assert ax.lines[0].get_linestyle() != ax.lines[1].get_linestyle()
+    means = [line for line in ax.lines if line.get_label() in ("a (2 runs)", "b (3 runs)")]
+    np.testing.assert_allclose(means[0].get_ydata(), [1.0, 2.0, 3.0])
+    assert means[0].get_linestyle() != means[1].get_linestyle()
+    assert means[0].get_marker() != means[1].get_marker()
     assert len(ax.collections) == 2  # one band per group
     band = ax.collections[0].get_paths()[0].vertices[:, 1]
     # the sample standard deviation of (0, 2) is sqrt(2)
     np.testing.assert_allclose([band.min(), band.max()],
                                [1 - 2**0.5, 3 + 2**0.5], rtol=1e-6)
     fig2, axes = plt.subplots(1, 2)
-    assert plotting.plot_spread(x, runs, ax=axes[1]) is fig2
-    with pytest.raises(ValueError, match="group 'c' must be"):
-        plotting.plot_spread(x, {"c": np.ones((2, 4))})
+    assert plotting.plot_mean_std(runs, x=x, ax=axes[1]) is fig2
+    with pytest.raises(ValueError, match="x has 3 points but curves"):
+        plotting.plot_mean_std({"c": np.ones((2, 4))}, x=x)
     plt.close("all")
