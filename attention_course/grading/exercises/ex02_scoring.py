@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_course import scoring
+from attention_course.grading.exercises._offsets import fits_with_offsets
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
 
 # The chapter's headings, exactly as written in book/02_scoring.ipynb.
@@ -478,21 +479,11 @@ def _fits_with_biases(case: Case, got: torch.Tensor) -> bool:
     inside = (q @ w_q.T).unsqueeze(2) + (k @ w_k.T).unsqueeze(1)
     bias = torch.zeros(w_q.shape[0], dtype=torch.float64, requires_grad=True)
     shift = torch.zeros((), dtype=torch.float64, requires_grad=True)
-    optimiser = torch.optim.LBFGS([bias, shift], max_iter=200, tolerance_grad=1e-14,
-                                  tolerance_change=1e-16, line_search_fn="strong_wolfe")
 
     def residual() -> torch.Tensor:
         return (torch.tanh(inside + bias) @ w_v.T).squeeze(-1) + shift - target
 
-    def closure() -> torch.Tensor:
-        optimiser.zero_grad()
-        loss = residual().pow(2).mean()
-        loss.backward()
-        return loss
-
-    optimiser.step(closure)
-    with torch.no_grad():
-        return float(residual().abs().max()) < 1e-4 * (1 + float(target.abs().max()))
+    return fits_with_offsets(residual, (bias, shift), float(target.abs().max()))
 
 
 def _additive_diagnose(case: Case, expected: Any, got: Any) -> str | None:
