@@ -523,3 +523,19 @@ def test_the_grader_names_the_mistakes_too(tmp_path):
     assert "does not require grad" in by_id["q3_module"].message
     assert "the held-out error rises" in by_id["q5_narrow"].message
     assert record.notebook_errors == []
+
+
+@pytest.mark.xfail(strict=True, raises=ZeroDivisionError,
+                   reason="compare._off_by divides by a zero answer where the reference is "
+                          "negative (a framework bug: the check and the grader crash)")
+def test_a_zero_bias_loses_its_part_with_a_message(solution):
+    """A typical slip: "the key's terms cancel like the query's, so the bias is 0". It must
+    cost the bias part only; today the comparison raises instead."""
+    from attention_course.grading.checking import prepare
+    from attention_course.grading.results import evaluate
+
+    question = get_exercise(EX).question("q6_dot_product")
+    p = prepare(EX)[question.id]
+    answers = [{"scale": e["scale"], "bias": torch.zeros_like(e["bias"])} for e in p.expected]
+    result = evaluate(question, p.cases, p.expected, answers, p.wrong)
+    assert result.points == 1 and "'bias'" in result.message
