@@ -461,16 +461,15 @@ def _form(scale=None, bias=None):
 DOT_MISTAKES = (
     Mistake("scale_half", _form(scale=lambda h: 1 / (2 * h**2)),
             "your scale is half the right one: expanding each feature's square gives its "
-            "cross term twice (minus 2 q_f k_f), and divided by 2 h_f squared that leaves "
-            "q_f k_f over h_f squared"),
+            "cross term twice (minus 2 q_f k_f), and the 2 does not go away"),
     Mistake("scale_not_squared", _form(scale=lambda h: 1 / h),
-            "your scale is 1 over each bandwidth; the bandwidth enters squared, so each "
-            "feature's scale is 1 over its bandwidth squared"),
+            "your scale is 1 over each bandwidth; the bandwidth enters the score squared, "
+            "like the distance it scales"),
     Mistake("scale_negative", _form(scale=lambda h: -1 / h**2),
             "your scale has the wrong sign: minus (minus 2 q_f k_f) over 2 h_f squared is "
             "positive, so a query prefers keys on its own side along every feature"),
     Mistake("scale_inverted", _form(scale=lambda h: h**2),
-            "your scale is each bandwidth squared, where it is 1 over it: a wider bandwidth "
+            "your scale grows with the bandwidth, which divides the score: a wider bandwidth "
             "makes a feature count less, not more"),
     Mistake("scale_matrix", _form(scale=lambda h: torch.diag(1 / h**2)),
             "your scale is the whole diagonal matrix (d by d); the question asks for its "
@@ -479,17 +478,17 @@ DOT_MISTAKES = (
             "your bias has the wrong sign: a key's own terms are minus its squared "
             "features over 2 h_f squared, which lowers the score of keys far from 0"),
     Mistake("bias_without_half", _form(bias=lambda k, h: -(k**2 / h**2).sum(-1)),
-            "your bias is twice the right size: each of the key's own terms is its squared "
-            "feature over 2 h_f squared, with the factor 2"),
+            "your bias is twice the right size: the factor 2 of the kernel's denominator is "
+            "missing from it"),
     Mistake("bias_not_squared", _form(bias=lambda k, h: -(k**2 / (2 * h)).sum(-1)),
-            "your bias divides each squared feature by 2 h_f; like every term of the "
-            "expanded score it divides by 2 h_f squared"),
+            "your bias divides each squared feature by 2 h_f: the bandwidth is not squared "
+            "there, as it is in every term of the expanded score"),
     Mistake("bias_key_not_squared", _form(bias=lambda k, h: -(k / (2 * h**2)).sum(-1)),
             "your bias sums the key's features themselves; the key's own terms of the "
-            "expanded squares are its squared features, each over 2 h_f squared"),
+            "expanded squares hold its squared features"),
     Mistake("bias_without_bandwidth", _form(bias=lambda k, h: -(k**2).sum(-1) / 2),
             "your bias is minus half the squared norm of the key, with no bandwidth: each "
-            "squared feature is divided by 2 h_f squared, its own bandwidth"),
+            "feature's term is scaled by that feature's own bandwidth too"),
     Mistake("bias_summed_bandwidths",
             _form(bias=lambda k, h: -(k**2).sum(-1) / (2 * (h**2).sum())),
             "your bias divides the key's squared norm by one sum of the squared "
