@@ -525,12 +525,9 @@ def test_the_grader_names_the_mistakes_too(tmp_path):
     assert record.notebook_errors == []
 
 
-@pytest.mark.xfail(strict=True, raises=ZeroDivisionError,
-                   reason="compare._off_by divides by a zero answer where the reference is "
-                          "negative (a framework bug: the check and the grader crash)")
 def test_a_zero_bias_loses_its_part_with_a_message(solution):
     """A typical slip: "the key's terms cancel like the query's, so the bias is 0". It must
-    cost the bias part only; today the comparison raises instead."""
+    cost the bias part only (the comparison once divided by the zero answer)."""
     from attention_course.grading.checking import prepare
     from attention_course.grading.results import evaluate
 
