@@ -39,6 +39,8 @@ def extract() -> Path:
     """
     config = derived_config(gettext_compact=False, gettext_uuid=False,
                             gettext_location=False, gettext_additional_targets=[])
+    # the messages are the pages' own text: no notebook needs to run for them
+    config["execute"]["execute_notebooks"] = "off"
     status, pot = build("gettext", config, builder="gettext", strict=False, fresh=True)
     if status != 0:
         raise SystemExit("i18n: extracting the messages failed")
