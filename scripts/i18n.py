@@ -4,6 +4,7 @@
     python scripts/i18n.py update    # extract, then merge into locales/zh_CN/LC_MESSAGES/*.po
     python scripts/i18n.py check     # every message translated, none fuzzy, none missing
     python scripts/i18n.py build     # the Chinese edition -> _build/html/zh_CN/
+    python scripts/i18n.py lint [PO] # translations that lost or changed markup
 
 ``make book`` runs ``build`` after the English edition; ``make test`` runs ``check``
 (tests/test_i18n.py). Translators edit the ``.po`` files only: after a change of the
@@ -14,6 +15,7 @@ English text, ``update`` marks the changed messages (new ones empty, edited ones
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -112,8 +114,42 @@ def problems(pot: Path | None = None) -> list[str]:
     return found
 
 
+_MARKUP = re.compile(
+    r"\{[\w:-]+\}`[^`]*`"          # a role: {cite:p}`key`, {doc}`page`, {term}`word`
+    r"|``[^`]+``|`[^`]+`"          # inline code
+    r"|\$\$.+?\$\$|\$[^$]+\$"      # maths
+    r"|\]\([^)]*\)"                # a link's target
+    r"|<[^>]+>"                    # inline HTML
+    r"|\[\^[^\]]+\]"               # a footnote reference
+)
+
+
+def markup(text: str) -> list[str]:
+    """The parts of a message a translation must keep as they are (roles, code,
+    maths, link targets, inline HTML, footnotes), sorted."""
+    return sorted(_MARKUP.findall(text))
+
+
+def lint(paths: list[Path]) -> list[str]:
+    """Translations whose markup differs from their English message's: a role,
+    a piece of code or maths, a link target that was lost, added or changed."""
+    from babel.messages.pofile import read_po
+
+    found = []
+    for path in paths:
+        with open(path, "rb") as f:
+            catalog = read_po(f)
+        for m in catalog:
+            if m.id and m.string and markup(m.id) != markup(m.string):
+                lost = set(markup(m.id)) - set(markup(m.string))
+                added = set(markup(m.string)) - set(markup(m.id))
+                found.append(f"{path.name}: {str(m.id)[:60]!r}: markup differs "
+                             f"(missing {sorted(lost)}, extra {sorted(added)})")
+    return found
+
+
 def check() -> int:
-    found = problems(extract())
+    found = problems(extract()) + lint(sorted(CATALOGS.rglob("*.po")))
     for line in found:
         print(f"i18n: {line}")
     if found:
@@ -136,8 +172,16 @@ def build_chinese() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("extract", "update", "check", "build"))
-    command = parser.parse_args(argv).command
+    parser.add_argument("command",
+                        choices=("extract", "update", "check", "build", "lint"))
+    parser.add_argument("catalogs", nargs="*", type=Path,
+                        help="lint: the .po files (default: all)")
+    args = parser.parse_args(argv)
+    command = args.command
+    if command == "lint":
+        found = lint(args.catalogs or sorted(CATALOGS.rglob("*.po")))
+        print("\n".join(found) or "i18n: the translations keep their markup")
+        return 1 if found else 0
     if command == "extract":
         print(f"i18n: templates in {extract()}")
         return 0
