@@ -249,3 +249,133 @@ def plot_losses(
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+# Line styles and markers that tell curves apart without their colours
+_STYLES = ("-", "--", ":", "-.")
+_MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def plot_over_seeds(
+    runs: dict[str, Sequence[Sequence[float]]],
+    x: Sequence[float] | dict[str, Sequence[float]] | None = None,
+    *,
+    ax: plt.Axes | None = None,
+    smooth: int = 1,
+    markers: bool = False,
+    xlabel: str = "step",
+    ylabel: str = "loss",
+    title: str | None = None,
+    log: bool = False,
+    legend: bool = True,
+) -> Figure:
+    """Draw each named group of runs (for example one per random seed) as its
+    mean with a band of one standard deviation, and return the figure.
+
+    ``runs[name]`` is ``(n_runs, n_points)``: every run of a group has the same
+    length. ``x`` gives the points' positions (one sequence for all groups or
+    one per group; default ``0 .. n_points - 1``). ``smooth`` > 1 first takes a
+    running mean of each run over that many points (for noisy per-step
+    losses). Each group gets its own colour, line style and (with ``markers``)
+    marker, and the legend says how many runs it holds. Pass ``ax`` to draw
+    into an existing panel.
+    """
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5.5, 3.2), layout="constrained")
+    fig = ax.figure
+    for k, (name, group) in enumerate(runs.items()):
+        values = np.asarray(group, dtype=float)
+        if values.ndim != 2 or values.shape[0] < 1 or values.shape[1] < 1:
+            raise ValueError(
+                f"runs[{name!r}] must be (n_runs, n_points) with at least one "
+                f"of each, got shape {values.shape}"
+            )
+        xs = np.arange(values.shape[1], dtype=float)
+        if x is not None:
+            xs = np.asarray(x[name] if isinstance(x, dict) else x, dtype=float)
+        if xs.shape != values.shape[1:]:
+            raise ValueError(
+                f"x has {xs.shape[0]} points but runs[{name!r}] has "
+                f"{values.shape[1]}"
+            )
+        if smooth > 1 and values.shape[1] >= smooth:
+            kernel = np.ones(smooth) / smooth
+            values = np.stack([np.convolve(v, kernel, mode="valid")
+                               for v in values])
+            xs = xs[smooth - 1:]
+        mean, std = values.mean(0), values.std(0)
+        line = ax.plot(
+            xs, mean, linestyle=_STYLES[k % len(_STYLES)],
+            marker=_MARKERS[k % len(_MARKERS)] if markers else None,
+            label=f"{name} ({values.shape[0]} runs)"
+            if values.shape[0] > 1 else name,
+        )[0]
+        if values.shape[0] > 1:
+            low = mean - std
+            if log:  # a band reaching 0 or below cannot be drawn on a log axis
+                low = np.maximum(low, mean / 10)
+            ax.fill_between(xs, low, mean + std, color=line.get_color(),
+                            alpha=0.2, linewidth=0)
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    if legend:
+        ax.legend()
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def show_alignments(
+    maps: Sequence[torch.Tensor | np.ndarray],
+    xlabels: Sequence[Sequence[str]],
+    ylabels: Sequence[Sequence[str]],
+    titles: Sequence[str],
+    *,
+    xlabel: str = "source",
+    ylabel: str = "output",
+    panel_size: float = 3.5,
+    cmap: str = "viridis",
+) -> Figure:
+    """Attention maps of different shapes side by side, each with its own
+    labels (for example two models' translations of one sentence), on one
+    colour scale from 0 to 1.
+
+    ``maps[i]`` is ``(Nq_i, Nk_i)``: queries (``ylabels[i]``) down the rows,
+    keys (``xlabels[i]``) along the columns.
+    """
+    if not len(maps) == len(xlabels) == len(ylabels) == len(titles) > 0:
+        raise ValueError(
+            f"need as many maps, xlabels, ylabels and titles (at least one), "
+            f"got {len(maps)}, {len(xlabels)}, {len(ylabels)}, {len(titles)}"
+        )
+    arrays = [_as_numpy(m) for m in maps]
+    for i, w in enumerate(arrays):
+        if w.ndim != 2 or w.shape != (len(ylabels[i]), len(xlabels[i])):
+            raise ValueError(
+                f"map {i} has shape {w.shape} but {len(ylabels[i])} ylabels "
+                f"and {len(xlabels[i])} xlabels"
+            )
+    rows = max(w.shape[0] for w in arrays)
+    aspect = min(max(rows / max(w.shape[1] for w in arrays), 0.5), 1.5)
+    fig, axes = plt.subplots(
+        1, len(arrays), squeeze=False, layout="constrained",
+        figsize=(panel_size * len(arrays) + 0.8,
+                 panel_size * aspect + 0.8),
+    )
+    image = None
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from")
+        for i, (ax, w) in enumerate(zip(axes[0], arrays, strict=True)):
+            image = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
+            xl, yl = safe_labels(xlabels[i]), safe_labels(ylabels[i])
+            ax.set_xticks(range(w.shape[1]), xl,
+                          rotation=90 if max(map(len, xl)) > 3 else 0)
+            ax.set_yticks(range(w.shape[0]), yl)
+            ax.set_xlabel(xlabel)
+            ax.set_title(safe_text(titles[i], f"panel {i}"))
+        axes[0, 0].set_ylabel(ylabel)
+        fig.colorbar(image, ax=axes, shrink=0.8, label="weight")
+    return fig
