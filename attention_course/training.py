@@ -100,6 +100,19 @@ def train(
     return history
 
 
+def _forever(data: Iterable[Batch] | Callable[[], Iterable[Batch]]
+             ) -> Iterator[Batch]:
+    """The batches of ``data`` (or of ``data()``, called anew for every
+    pass), pass after pass, without end."""
+    while True:
+        empty = True
+        for batch in data() if callable(data) else data:
+            empty = False
+            yield batch
+        if empty:
+            raise ValueError("data yielded no batch")
+
+
 def _running_mean(values: list[float], window: int = 20) -> float:
     tail = values[-window:]
     return sum(tail) / len(tail) if tail else math.nan
@@ -132,12 +145,6 @@ def evaluate_loss(
     return sum(losses) / len(losses)
 
 
-def _endless(data: Iterable[Batch] | Callable[[], Iterable[Batch]]
-             ) -> Iterator[Batch]:
-    while True:
-        yield from (data() if callable(data) else data)
-
-
 def train_with_validation(
     model: nn.Module,
     loss_fn: Callable[[nn.Module, Batch], torch.Tensor],
@@ -157,7 +164,8 @@ def train_with_validation(
     """:func:`train` for ``max_steps`` steps (passing over ``data`` as often as
     needed), with ``evaluate(model)`` (a dict of named metrics, for example
     validation losses) computed before the first step and after every
-    ``eval_every`` steps.
+    ``eval_every`` steps, in evaluation mode and without gradients. The model
+    is left in evaluation mode.
 
     The progress bar shows the running training loss and the latest metrics.
     """
@@ -170,8 +178,14 @@ def train_with_validation(
     model.to(device)
     if optimizer is None:
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    stream = _endless(data)
-    curves = Curves([], [0], {k: [v] for k, v in evaluate(model).items()})
+    stream = _forever(data)
+
+    def measure() -> dict[str, float]:
+        model.eval()
+        with torch.no_grad():
+            return {k: float(v) for k, v in evaluate(model).items()}
+
+    curves = Curves([], [0], {k: [v] for k, v in measure().items()})
     with tqdm(total=max_steps, desc=desc, disable=not progress) as bar:
         while len(curves.train) < max_steps:
             chunk = min(eval_every, max_steps - len(curves.train))
@@ -181,7 +195,7 @@ def train_with_validation(
                 progress=False,
             ))
             curves.steps.append(len(curves.train))
-            metrics = evaluate(model)
+            metrics = measure()
             for name, value in metrics.items():
                 curves.val[name].append(value)
             bar.update(chunk)

@@ -91,35 +91,25 @@ def test_time_train_step_takes_real_steps() -> None:
         time_train_step(model, _mse, _regression(1)[0], repeats=0)
 
 
-def test_plot_over_seeds_draws_a_mean_and_a_band_per_group() -> None:
-    runs = {"a": [[3, 2, 1, 0.5], [2, 2, 1, 0.7], [4, 1, 1, 0.3]], "b": [[1, 1, 1, 1]]}
-    fig = plotting.plot_over_seeds(runs, x=[0, 10, 20, 30], markers=True, log=True)
-    ax = fig.axes[0]
-    lines = ax.get_lines()
-    assert len(lines) == 2
-    np.testing.assert_allclose(lines[0].get_ydata(), np.mean(runs["a"], axis=0))
-    assert lines[0].get_linestyle() != lines[1].get_linestyle()
-    assert lines[0].get_marker() != lines[1].get_marker()
-    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
-    assert len(bands) == 1  # a single run has no spread to show
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["a (3 runs)", "b"]
-    matplotlib.pyplot.close(fig)
-
-
-def test_plot_over_seeds_smooths_draws_into_a_panel_and_checks_shapes() -> None:
+def test_plot_mean_std_smooths_takes_x_per_curve_and_a_log_axis() -> None:
     fig, axes = matplotlib.pyplot.subplots(1, 2)
-    plotting.plot_over_seeds({"a": np.ones((2, 10))}, ax=axes[1], smooth=4, legend=False)
-    (line,) = axes[1].get_lines()
-    assert len(line.get_xdata()) == 7 and line.get_xdata()[0] == 3
+    plotting.plot_mean_std({"a": np.ones((2, 10))}, ax=axes[1], smooth=4,
+                           legend=False)
+    mean = axes[1].get_lines()[-1]  # the runs first, faintly, then the mean
+    assert len(mean.get_xdata()) == 7 and mean.get_xdata()[0] == 4
     assert axes[1].get_legend() is None and not axes[0].get_lines()
-    plotting.plot_over_seeds({"a": np.ones((2, 3)), "b": np.ones((1, 2))}, ax=axes[0],
-                             x={"a": [1, 2, 3], "b": [5, 6]})
-    assert list(axes[0].get_lines()[1].get_xdata()) == [5, 6]
-    with pytest.raises(ValueError, match="n_runs, n_points"):
-        plotting.plot_over_seeds({"a": [1.0, 2.0]})
+    plotting.plot_mean_std({"a": np.ones((2, 3)), "b": np.full((1, 2), 2.0)},
+                           ax=axes[0], x={"a": [1, 2, 3], "b": [5, 6]},
+                           log=True)
+    assert list(axes[0].get_lines()[-1].get_xdata()) == [5, 6]
+    assert axes[0].get_yscale() == "log"
+    labels = [t.get_text() for t in axes[0].get_legend().get_texts()]
+    assert labels == ["a (2 runs)", "b"]
+    bands = [c for c in axes[0].collections if isinstance(c, PolyCollection)]
+    assert all(np.all(band.get_paths()[0].vertices[:, 1] > 0)
+               for band in bands)  # clipped above 0 on the log axis
     with pytest.raises(ValueError, match="x has 2 points"):
-        plotting.plot_over_seeds({"a": [[1.0, 2.0, 3.0]]}, x=[0, 1])
+        plotting.plot_mean_std({"a": [[1.0, 2.0, 3.0]]}, x={"a": [0, 1]})
     matplotlib.pyplot.close("all")
 
 
