@@ -438,9 +438,9 @@ def plot_curves(
 
 
 def plot_mean_std(
-    curves: dict[str, torch.Tensor | np.ndarray],
+    curves: Mapping[str, torch.Tensor | np.ndarray | Sequence],
     *,
-    x: Sequence[float] | None = None,
+    x: Sequence[float] | Mapping[str, Sequence[float]] | None = None,
     xlabel: str = "",
     ylabel: str = "",
     title: str | None = None,
@@ -448,6 +448,9 @@ def plot_mean_std(
     mark_label: str = "",
     ylim: tuple[float, float] | None = None,
     markevery: int | None = None,
+    smooth: int = 1,
+    log: bool = False,
+    legend: bool = True,
     ax: plt.Axes | None = None,
 ) -> Figure:
     """Curves over several runs (seeds), ``{name: values (runs, points)}``:
@@ -456,8 +459,11 @@ def plot_mean_std(
 
     Each name gets its own colour (:data:`COLOURS`), marker and line style,
     so that curves stay apart without colour, and a legend entry
-    that says how many runs it has. ``x`` gives the points' positions
-    (default 1, 2, ...); ``mark`` draws a dotted vertical line there, labelled
+    that says how many runs it has. ``x`` gives the points' positions, one
+    sequence for every name or ``{name: positions}`` (default 1, 2, ...);
+    ``smooth`` > 1 first takes a running mean of each run over that many
+    points (for noisy per-step losses); ``log`` draws the values on a log
+    axis; ``mark`` draws a dotted vertical line there, labelled
     ``mark_label`` at its foot. Draws into ``ax`` when given; returns the
     figure.
     """
@@ -472,22 +478,31 @@ def plot_mean_std(
         if y.ndim != 2:
             raise ValueError(f"curves[{name!r}] must be (runs, points); got "
                              f"shape {y.shape}")
-        xs = np.arange(1, y.shape[1] + 1) if x is None else np.asarray(x)
+        xs = np.arange(1, y.shape[1] + 1) if x is None else np.asarray(
+            x[name] if isinstance(x, Mapping) else x, dtype=float)
         if len(xs) != y.shape[1]:
             raise ValueError(f"x has {len(xs)} points but curves[{name!r}] "
                              f"has {y.shape[1]}")
+        if smooth > 1 and y.shape[1] >= smooth:
+            kernel = np.ones(smooth) / smooth
+            y = np.stack([np.convolve(run, kernel, mode="valid")
+                          for run in y])
+            xs = xs[smooth - 1:]
         colour = COLOURS[index % len(COLOURS)]
         style = LINE_STYLES[index % len(LINE_STYLES)]
         marker = MARKERS[index % len(MARKERS)]
         mean = y.mean(0)
         std = y.std(0, ddof=1) if len(y) > 1 else np.zeros_like(mean)
-        ax.fill_between(xs, mean - std, mean + std, color=colour, alpha=0.2,
+        low = mean - std
+        if log:  # a band reaching 0 or below cannot be drawn on a log axis
+            low = np.maximum(low, mean / 10)
+        ax.fill_between(xs, low, mean + std, color=colour, alpha=0.2,
                         linewidth=0)
         for run in y:
             ax.plot(xs, run, color=colour, alpha=0.25, linewidth=0.8)
         ax.plot(xs, mean, color=colour, linestyle=style, marker=marker,
                 markevery=markevery, markersize=5,
-                label=f"{name} ({len(y)} runs)")
+                label=f"{name} ({len(y)} runs)" if len(y) > 1 else name)
     if mark is not None:
         ax.axvline(mark, color="0.4", linestyle=":", linewidth=1.2)
         if mark_label:
@@ -501,6 +516,61 @@ def plot_mean_std(
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(safe_text(title))
+    if log:
+        ax.set_yscale("log")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=9)
+    if legend:
+        ax.legend(fontsize=9)
+    return fig
+
+def show_alignments(
+    maps: Sequence[torch.Tensor | np.ndarray],
+    xlabels: Sequence[Sequence[str]],
+    ylabels: Sequence[Sequence[str]],
+    titles: Sequence[str],
+    *,
+    xlabel: str = "source",
+    ylabel: str = "output",
+    panel_size: float = 3.5,
+    cmap: str = "viridis",
+) -> Figure:
+    """Attention maps of different shapes side by side, each with its own
+    labels (for example two models' translations of one sentence), on one
+    colour scale from 0 to 1.
+
+    ``maps[i]`` is ``(Nq_i, Nk_i)``: queries (``ylabels[i]``) down the rows,
+    keys (``xlabels[i]``) along the columns.
+    """
+    if not len(maps) == len(xlabels) == len(ylabels) == len(titles) > 0:
+        raise ValueError(
+            f"need as many maps, xlabels, ylabels and titles (at least one), "
+            f"got {len(maps)}, {len(xlabels)}, {len(ylabels)}, {len(titles)}"
+        )
+    arrays = [_as_numpy(m) for m in maps]
+    for i, w in enumerate(arrays):
+        if w.ndim != 2 or w.shape != (len(ylabels[i]), len(xlabels[i])):
+            raise ValueError(
+                f"map {i} has shape {w.shape} but {len(ylabels[i])} ylabels "
+                f"and {len(xlabels[i])} xlabels"
+            )
+    rows = max(w.shape[0] for w in arrays)
+    aspect = min(max(rows / max(w.shape[1] for w in arrays), 0.5), 1.5)
+    fig, axes = plt.subplots(
+        1, len(arrays), squeeze=False, layout="constrained",
+        figsize=(panel_size * len(arrays) + 0.8,
+                 panel_size * aspect + 0.8),
+    )
+    image = None
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from")
+        for i, (ax, w) in enumerate(zip(axes[0], arrays, strict=True)):
+            image = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
+            xl, yl = safe_labels(xlabels[i]), safe_labels(ylabels[i])
+            ax.set_xticks(range(w.shape[1]), xl,
+                          rotation=90 if max(map(len, xl)) > 3 else 0)
+            ax.set_yticks(range(w.shape[0]), yl)
+            ax.set_xlabel(xlabel)
+            ax.set_title(safe_text(titles[i], f"panel {i}"))
+        axes[0, 0].set_ylabel(ylabel)
+        fig.colorbar(image, ax=axes, shrink=0.8, label="weight")
     return fig

@@ -1,28 +1,33 @@
-"""Chapter 4: attention in encoder-decoder models (Bahdanau et al. 2015).
+"""Chapter 4: attention in encoder-decoder models (Bahdanau et al. 2015;
+Luong et al. 2015).
 
 A GRU encoder (Cho et al. 2014) reads the source sentence into states
-``h_1 .. h_S``. Two decoders write the translation one word at a time:
+``h_1 .. h_S``. Three decoders write the translation one word at a time:
 
-- :class:`FixedContextDecoder`, the "distracted" model (Sutskever et al. 2014;
-  Cho et al. 2014): the whole sentence is squeezed into one context vector
-  ``c = h_S``, and every output word sees that same ``c``.
+- :class:`FixedContextDecoder`, the "distracted" model of Cho et al. 2014: the
+  whole sentence is squeezed into one context vector ``c = h_S``, which starts
+  the decoder and which it reads again at every step. (Sutskever et al. 2014
+  used ``c`` only as the decoder's first state.)
 - :class:`AttentionDecoder` (Bahdanau et al. 2015): at step ``t`` the previous
   decoder state ``s_{t-1}`` is the query, the encoder states are the keys and
   the values, and the context ``c_t = sum_j a_tj h_j`` is new for every output
   word. The scores come from :class:`attention_course.scoring.AdditiveScore`;
   padded source positions are masked by
   :func:`attention_course.masking.masked_softmax`, so they get weight exactly 0.
-
-Both decoders predict the next word from ``[s_t; c_t]`` (with ``c_t = c`` for
-the fixed one), so the only difference between the two models is where the
-context comes from.
+  The word is predicted from ``[s_t; c_t]``.
+- :class:`LuongDecoder` (Luong et al. 2015, global attention): the GRU steps
+  first, and the *current* state ``s_t`` is the query, scored by a dot product,
+  a bilinear ("general") or an additive ("concat") score; the attentional state
+  ``h~_t = tanh(W_c [c_t; s_t])`` predicts the word and, with input feeding,
+  enters the next step.
 
 Shapes are batch first: ``src (B, S)`` with ``src_valid_lens (B,)``,
 ``tgt_in (B, T)``, logits ``(B, T, V)``, attention weights ``(B, T, S)``.
 Training is teacher forced (:func:`seq2seq_loss` feeds the true previous word);
 :func:`greedy_decode` feeds the model's own predictions and returns the
 attention weights of every step. :func:`corpus_bleu` (Papineni et al. 2002) and
-:func:`exact_match` score translations.
+:func:`exact_match` score translations, :func:`scores_by_length` by source
+length, and :func:`format_over_seeds` sums up several runs.
 """
 
 from __future__ import annotations
@@ -44,7 +49,11 @@ from attention_course.data.translation import (
     encode_source,
 )
 from attention_course.masking import masked_softmax
-from attention_course.scoring import AdditiveScore
+from attention_course.scoring import (
+    AdditiveScore,
+    BilinearScore,
+    dot_score,
+)
 
 DecoderState = tuple[torch.Tensor, ...]
 
@@ -108,8 +117,9 @@ class Seq2SeqEncoder(nn.Module):
 class FixedContextDecoder(nn.Module):
     """The "distracted" decoder: one context ``c = h_S`` for every output word.
 
-    ``c`` (the encoder's top-layer final state) is concatenated to the embedding
-    of every input word, and the decoder's GRU starts from the encoder's final
+    As in Cho et al. (2014), ``c`` (the encoder's top-layer final state) is
+    concatenated to the embedding of every input word and to the state that
+    predicts each word, and the decoder's GRU starts from the encoder's final
     state. ``forward(tgt_in (B, T), state)`` ->
     ``(logits (B, T, V), state, None)``: there are no attention weights.
     """
@@ -223,6 +233,120 @@ class AttentionDecoder(nn.Module):
                 torch.cat(all_weights, dim=1))
 
 
+LUONG_SCORES = ("dot", "general", "concat")
+
+
+class LuongDecoder(nn.Module):
+    """Luong's decoder (global attention): the *current* state ``s_t`` asks.
+
+    At step ``t`` the GRU first takes its step, ``s_t = GRU([e(y_{t-1});
+    h~_{t-1}], s_{t-1})`` (with input feeding; without it, ``e(y_{t-1})``
+    alone), then ``s_t`` is the query: ``a_t = masked_softmax(score(s_t, h))``,
+    ``c_t = sum_j a_tj h_j``, and the attentional state
+    ``h~_t = tanh(W_c [c_t; s_t])`` predicts the word (``softmax(W_s h~_t)``)
+    and, with input feeding, enters the next step. ``score`` is ``"dot"``
+    (``s^T h``), ``"general"`` (``s^T W h``, a
+    :class:`~attention_course.scoring.BilinearScore`) or ``"concat"``
+    (``v^T tanh(W [s; h])``, an
+    :class:`~attention_course.scoring.AdditiveScore`).
+    ``forward(tgt_in (B, T), state)`` ->
+    ``(logits (B, T, V), state, weights (B, T, S))``.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_dim: int,
+        hidden_dim: int,
+        num_layers: int = 1,
+        dropout: float = 0.0,
+        pad_id: int = 0,
+        score: str = "general",
+        input_feeding: bool = True,
+    ) -> None:
+        super().__init__()
+        if score not in LUONG_SCORES:
+            raise ValueError(
+                f"score must be one of {LUONG_SCORES}, got {score!r}"
+            )
+        self.score, self.input_feeding = score, input_feeding
+        self.attention_score: nn.Module | None = None
+        if score == "general":
+            self.attention_score = BilinearScore(hidden_dim, hidden_dim)
+        elif score == "concat":
+            self.attention_score = AdditiveScore(
+                hidden_dim, hidden_dim, hidden_dim
+            )
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
+        fed = hidden_dim if input_feeding else 0
+        self.rnn = nn.GRU(
+            embed_dim + fed, hidden_dim, num_layers,
+            batch_first=True, dropout=dropout,
+        )
+        self.combine = nn.Linear(2 * hidden_dim, hidden_dim, bias=False)  # W_c
+        self.output = nn.Linear(hidden_dim, vocab_size)  # W_s
+
+    def init_state(
+        self,
+        enc_outputs: torch.Tensor,
+        enc_state: torch.Tensor,
+        src_valid_lens: torch.Tensor,
+    ) -> DecoderState:
+        """``(hidden (L, B, H), enc_outputs (B, S, H), src_valid_lens (B,),
+        h~_0 (B, H))``, with ``h~_0 = 0``."""
+        return (enc_state, enc_outputs, src_valid_lens,
+                enc_outputs.new_zeros(enc_outputs.shape[0],
+                                      enc_outputs.shape[2]))
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        enc_outputs: torch.Tensor,
+        src_valid_lens: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``query (B, T, H)`` -> ``(attentional h~ (B, T, H),
+        weights (B, T, S))``."""
+        if self.attention_score is None:
+            scores = dot_score(query, enc_outputs)
+        else:
+            scores = self.attention_score(query, enc_outputs)
+        weights = masked_softmax(scores, src_valid_lens)  # (B, T, S)
+        context = weights @ enc_outputs  # c_t: (B, T, H)
+        attentional = torch.tanh(
+            self.combine(torch.cat([context, query], dim=-1))
+        )
+        return attentional, weights
+
+    def forward(
+        self, tgt_in: torch.Tensor, state: DecoderState
+    ) -> tuple[torch.Tensor, DecoderState, torch.Tensor]:
+        hidden, enc_outputs, src_valid_lens, fed = state
+        embedded = self.embedding(tgt_in)  # (B, T, E)
+        if not self.input_feeding:  # every s_t at once, then every query
+            states, hidden = self.rnn(embedded, hidden)
+            attentional, weights = self.attend(
+                states, enc_outputs, src_valid_lens
+            )
+            fed = attentional[:, -1]
+        else:  # h~_{t-1} is part of step t's input: one step at a time
+            steps, all_weights = [], []
+            for t in range(tgt_in.shape[1]):
+                step_input = torch.cat(
+                    [embedded[:, t : t + 1], fed.unsqueeze(1)], dim=-1
+                )
+                out, hidden = self.rnn(step_input, hidden)  # s_t: (B, 1, H)
+                step, step_weights = self.attend(
+                    out, enc_outputs, src_valid_lens
+                )
+                fed = step.squeeze(1)
+                steps.append(step)
+                all_weights.append(step_weights)
+            attentional = torch.cat(steps, dim=1)
+            weights = torch.cat(all_weights, dim=1)
+        logits = self.output(attentional)
+        return (logits, (hidden, enc_outputs, src_valid_lens, fed), weights)
+
+
 class Seq2Seq(nn.Module):
     """An encoder and a decoder.
 
@@ -259,25 +383,46 @@ class Seq2Seq(nn.Module):
         return logits, weights
 
 
+ATTENTION_KINDS = ("none", "bahdanau", "luong")
+
+
 def make_seq2seq(
     src_vocab_size: int,
     tgt_vocab_size: int,
-    attention: bool = True,
+    attention: bool | str = True,
     embed_dim: int = 32,
     hidden_dim: int = 64,
     num_layers: int = 1,
     dropout: float = 0.0,
     pad_id: int = 0,
+    score: str = "general",
+    input_feeding: bool = True,
 ) -> Seq2Seq:
-    """A GRU encoder with an :class:`AttentionDecoder` or a
-    :class:`FixedContextDecoder`."""
+    """A GRU encoder with one of the three decoders.
+
+    ``attention`` is ``"bahdanau"`` (or ``True``: an
+    :class:`AttentionDecoder`), ``"luong"`` (a :class:`LuongDecoder` with
+    ``score`` and ``input_feeding``) or ``"none"`` (or ``False``: a
+    :class:`FixedContextDecoder`).
+    """
+    kind = {True: "bahdanau", False: "none"}.get(attention, attention)
+    if kind not in ATTENTION_KINDS:
+        raise ValueError(
+            f"attention must be True, False or one of {ATTENTION_KINDS}, "
+            f"got {attention!r}"
+        )
     encoder = Seq2SeqEncoder(
         src_vocab_size, embed_dim, hidden_dim, num_layers, dropout, pad_id
     )
-    decoder_class = AttentionDecoder if attention else FixedContextDecoder
-    decoder = decoder_class(
-        tgt_vocab_size, embed_dim, hidden_dim, num_layers, dropout, pad_id
-    )
+    sizes = (tgt_vocab_size, embed_dim, hidden_dim, num_layers, dropout, pad_id)
+    decoder: nn.Module
+    if kind == "luong":
+        decoder = LuongDecoder(*sizes, score=score,
+                               input_feeding=input_feeding)
+    elif kind == "bahdanau":
+        decoder = AttentionDecoder(*sizes)
+    else:
+        decoder = FixedContextDecoder(*sizes)
     return Seq2Seq(encoder, decoder)
 
 
@@ -545,4 +690,38 @@ def format_table(
             f"{row['length']:>13} {row['n']:>5} "
             f"{row['exact_match']:>12.1%} {row['bleu']:>6.3f}"
         )
+    return "\n".join(lines)
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and (population) standard deviation of a few runs' results."""
+    if not values:
+        raise ValueError("mean_std needs at least one value, got none")
+    mean = sum(values) / len(values)
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+
+
+def format_over_seeds(
+    tables: dict[str, Sequence[Sequence[dict[str, float | int | str]]]],
+    metric: str = "exact_match",
+) -> str:
+    """Several runs' :func:`scores_by_length` as one text table: a row per
+    model, a column per length bucket, each cell ``mean ± std`` of ``metric``
+    over the model's runs (exact match in percent, BLEU as a fraction)."""
+    first = next(iter(tables.values()))[0]
+    buckets = [str(row["length"]) for row in first]
+    width = max(len(name) for name in tables)
+    lines = [f"{'':<{width}}" + "".join(f"{b:>13}" for b in buckets)]
+    for name, runs in tables.items():
+        cells = []
+        for k, bucket in enumerate(buckets):
+            if any(str(run[k]["length"]) != bucket for run in runs):
+                raise ValueError(
+                    f"the runs of {name!r} have different length buckets"
+                )
+            mean, std = mean_std([float(run[k][metric]) for run in runs])
+            cells.append(f"{100 * mean:.1f} ± {100 * std:.1f}"
+                         if metric == "exact_match"
+                         else f"{mean:.2f} ± {std:.2f}")
+        lines.append(f"{name:<{width}}" + "".join(f"{c:>13}" for c in cells))
     return "\n".join(lines)

@@ -208,6 +208,62 @@ def test_bad_arguments_raise():
         make_translation_corpus(n_train=5000, n_val=0, n_test=0, max_len=3)
 
 
+def test_the_default_split_is_drawn_in_order():
+    """Without train_max_len the splits are consecutive draws: a bigger training split
+    starts with the same sentences, and passing None changes nothing."""
+    base = make_translation_corpus(n_train=200, n_val=50, n_test=50, seed=5)
+    same = make_translation_corpus(200, 50, 50, seed=5, train_max_len=None)
+    assert (same.train, same.val, same.test) == (base.train, base.val, base.test)
+    bigger = make_translation_corpus(n_train=250, n_val=0, n_test=50, seed=5)
+    assert bigger.train == base.train + base.val
+    assert bigger.test == base.test
+
+
+@pytest.fixture(scope="module")
+def length_split() -> tr.TranslationCorpus:
+    return make_translation_corpus(n_train=1500, n_val=300, n_test=600, seed=2, train_max_len=8)
+
+
+def test_length_split_trains_short_and_holds_out_every_length(length_split):
+    c = length_split
+    assert (len(c.train), len(c.val), len(c.test)) == (1500, 300, 600)
+    assert max(len(s) for s, _ in c.train) == 8
+    for held_out in (c.val, c.test):
+        lengths = [len(s) for s, _ in held_out]
+        assert min(lengths) <= 8 < max(lengths) and max(lengths) <= 20
+        longer = sum(n > 8 for n in lengths) / len(lengths)
+        assert 0.4 < longer < 0.8, longer  # the grammar makes many long sentences
+    splits = [{tuple(s) for s, _ in part} for part in (c.train, c.val, c.test)]
+    assert sum(map(len, splits)) == len(set.union(*splits)) == 2400
+    # every held-out word was seen in training
+    for src, tgt in c.val + c.test:
+        assert all(w in c.src_vocab for w in src) and all(w in c.tgt_vocab for w in tgt)
+    again = make_translation_corpus(1500, 300, 600, seed=2, train_max_len=8)
+    assert (again.train, again.val, again.test) == (c.train, c.val, c.test)
+
+
+def test_length_split_bad_arguments_raise():
+    for bad in (2, 20, 25):
+        with pytest.raises(ValueError, match="train_max_len"):
+            make_translation_corpus(train_max_len=bad)
+
+
+def test_random_batch_has_no_padding_and_shifted_targets():
+    batch = tr.random_batch(3, 7, 5, src_vocab_size=10, tgt_vocab_size=9, seed=1)
+    assert batch.src.shape == (3, 7) and batch.tgt_in.shape == batch.tgt_out.shape == (3, 5)
+    assert batch.src_valid_lens.tolist() == [7] * 3 and batch.tgt_valid_lens.tolist() == [5] * 3
+    assert (batch.src[:, -1] == Vocab.eos_id).all() and (batch.src[:, :-1] >= 4).all()
+    assert (batch.src < 10).all() and (batch.tgt_out < 9).all()
+    assert (batch.tgt_in[:, 0] == Vocab.bos_id).all()
+    assert (batch.tgt_out[:, -1] == Vocab.eos_id).all()
+    assert torch.equal(batch.tgt_in[:, 1:], batch.tgt_out[:, :-1])
+    assert torch.equal(tr.random_batch(3, 7, 5, 10, 9, seed=1).src, batch.src)
+    with pytest.raises(ValueError, match="at least 1"):
+        tr.random_batch(0, 7, 5, 10, 9)
+    with pytest.raises(ValueError, match="special tokens"):
+        tr.random_batch(2, 7, 5, 4, 9)
+
+
 # --- vocabulary -----------------------------------------------------------------------------
 
 

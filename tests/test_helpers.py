@@ -161,19 +161,21 @@ def test_train_with_validation_records_curves_at_the_right_steps() -> None:
         modes.append(m.training)
         return {"mse": ((m(x).squeeze(-1) - y) ** 2).mean().item(), "one": 1.0}
 
-    history, curves = train_with_validation(
+    curves = train_with_validation(
         model, lambda m, b: ((m(b[0]).squeeze(-1) - b[1]) ** 2).mean(), batches,
-        validate, steps=10, eval_every=4, lr=0.05, device="cpu", progress=False)
-    assert len(history) == 10  # more steps than one pass over the data
-    assert curves["step"] == [0, 4, 8, 10] and curves["one"] == [1.0] * 4
-    assert curves["mse"][-1] < 0.5 * curves["mse"][0]
+        validate, max_steps=10, eval_every=4, lr=0.05, device="cpu",
+        progress=False)
+    assert len(curves.train) == 10  # more steps than one pass over the data
+    assert curves.steps == [0, 4, 8, 10] and curves.val["one"] == [1.0] * 4
+    assert curves.val["mse"][-1] < 0.5 * curves.val["mse"][0]
     assert not any(modes) and not model.training
     with pytest.raises(ValueError, match="eval_every"):
-        train_with_validation(model, lambda m, b: m(b).sum(), batches, validate, steps=3,
-                              eval_every=0, progress=False)
+        train_with_validation(model, lambda m, b: m(b).sum(), batches, validate,
+                              max_steps=3, eval_every=0, progress=False)
     with pytest.raises(ValueError, match="no batch"):
-        train_with_validation(model, lambda m, b: m(b).sum(), [], validate, steps=3,
-                              eval_every=1, device="cpu", progress=False)
+        train_with_validation(model, lambda m, b: m(b).sum(), [], validate,
+                              max_steps=3, eval_every=1, device="cpu",
+                              progress=False)
 
 
 def test_to_device_moves_nested_batches() -> None:

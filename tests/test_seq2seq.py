@@ -11,16 +11,27 @@ from hypothesis import strategies as st
 
 from attention_course import seq2seq as s2s
 from attention_course.data.translation import make_translation_corpus
+from attention_course.scoring import AdditiveScore, BilinearScore
 from attention_course.training import train
 
 SRC_V, TGT_V, E, H = 11, 13, 8, 12
 
 
-def _model(attention: bool, seed: int = 0, num_layers: int = 1) -> s2s.Seq2Seq:
+def _model(attention: bool | str, seed: int = 0, num_layers: int = 1, **kwargs) -> s2s.Seq2Seq:
     torch.manual_seed(seed)
     return s2s.make_seq2seq(
-        SRC_V, TGT_V, attention=attention, embed_dim=E, hidden_dim=H, num_layers=num_layers
+        SRC_V, TGT_V, attention=attention, embed_dim=E, hidden_dim=H, num_layers=num_layers,
+        **kwargs,
     ).eval()
+
+
+# every decoder with attention: Bahdanau's, and Luong's with each score, with and without
+# input feeding
+ATTENDING = [
+    ("bahdanau", {}),
+    *[("luong", {"score": score, "input_feeding": True}) for score in s2s.LUONG_SCORES],
+    ("luong", {"score": "general", "input_feeding": False}),
+]
 
 
 def _batch(lens: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,9 +81,10 @@ def test_bad_source_raises():
     lens=st.lists(st.integers(1, 9), min_size=1, max_size=5),
     tgt_len=st.integers(1, 6),
     layers=st.integers(1, 2),
+    decoder=st.sampled_from(ATTENDING),
 )
-def test_attention_weights_mask_padding_and_sum_to_one(lens, tgt_len, layers):
-    model = _model(attention=True, num_layers=layers)
+def test_attention_weights_mask_padding_and_sum_to_one(lens, tgt_len, layers, decoder):
+    model = _model(decoder[0], num_layers=layers, **decoder[1])
     src, valid = _batch(lens)
     tgt_in = torch.randint(0, TGT_V, (len(lens), tgt_len))
     logits, weights = model(src, valid, tgt_in)
@@ -84,9 +96,9 @@ def test_attention_weights_mask_padding_and_sum_to_one(lens, tgt_len, layers):
     torch.testing.assert_close(weights.sum(-1), torch.ones(len(lens), tgt_len))
 
 
-@pytest.mark.parametrize("attention", [True, False])
-def test_padding_does_not_change_a_translation(attention):
-    model = _model(attention)
+@pytest.mark.parametrize(("attention", "kwargs"), [*ATTENDING, (False, {})])
+def test_padding_does_not_change_a_translation(attention, kwargs):
+    model = _model(attention, **kwargs)
     src, lens = _batch([4, 9])
     tgt_in = torch.randint(0, TGT_V, (2, 5))
     logits, weights = model(src, lens, tgt_in)
@@ -111,10 +123,10 @@ def test_attention_context_is_the_weighted_sum_of_encoder_states():
         torch.testing.assert_close(context[i, 0], expected @ enc_outputs[i, :n])
 
 
-@pytest.mark.parametrize("attention", [True, False])
-def test_step_by_step_decoding_matches_teacher_forcing(attention):
+@pytest.mark.parametrize(("attention", "kwargs"), [*ATTENDING, (False, {})])
+def test_step_by_step_decoding_matches_teacher_forcing(attention, kwargs):
     """Greedy decoding one step at a time equals one teacher-forced pass over its own output."""
-    model = _model(attention, seed=1)
+    model = _model(attention, seed=1, **kwargs)
     src, lens = _batch([6, 3, 8], seed=2)
     decoded = s2s.greedy_decode(model, src, lens, bos_id=1, eos_id=2, max_len=7)
     steps = decoded.ids.shape[1]
@@ -139,6 +151,58 @@ def test_greedy_decode_stops_when_every_row_has_ended():
     assert decoded.ids.tolist() == [[2], [2]]
     with pytest.raises(ValueError, match="max_len"):
         s2s.greedy_decode(model, src, lens, bos_id=1, eos_id=2, max_len=0)
+
+
+def test_luong_queries_with_the_current_state_and_feeds_the_attentional_state():
+    """Two steps of Luong's decoder by hand: s_t = GRU([e(y); h~_{t-1}], s_{t-1}) first,
+    then a_t = softmax(s_t^T W h), c_t = sum_j a_tj h_j, h~_t = tanh(W_c [c_t; s_t]),
+    logits = W_s h~_t."""
+    model = _model("luong", seed=3, score="general")
+    dec = model.decoder
+    src, lens = _batch([5, 3], seed=4)
+    tgt_in = torch.randint(0, TGT_V, (2, 2))
+    logits, weights = model(src, lens, tgt_in)
+    enc, state = model.encoder(src, lens)
+    s, fed = state, torch.zeros(2, H)
+    cell = torch.nn.GRUCell(E + H, H)
+    cell.load_state_dict({k.replace("_l0", ""): v for k, v in dec.rnn.state_dict().items()})
+    for t in range(2):
+        s_t = cell(torch.cat([dec.embedding(tgt_in[:, t]), fed], -1), s[0])
+        s = s_t[None]
+        scores = torch.einsum("bh,hk,bsk->bs", s_t, dec.attention_score.W, enc)
+        real = torch.arange(5) < lens[:, None]
+        a = torch.softmax(scores.masked_fill(~real, -torch.inf), -1)
+        c = torch.einsum("bs,bsh->bh", a, enc)
+        fed = torch.tanh(torch.cat([c, s_t], -1) @ dec.combine.weight.T)
+        torch.testing.assert_close(weights[:, t], a)
+        torch.testing.assert_close(logits[:, t], dec.output(fed))
+
+
+def test_luong_scores():
+    model = _model("luong", score="dot")
+    query, keys = torch.randn(2, 3, H), torch.randn(2, 4, H)
+    lens = torch.tensor([4, 2])
+    _, weights = model.decoder.attend(query, keys, lens)
+    expected = torch.softmax((query @ keys.transpose(1, 2))[0], -1)
+    torch.testing.assert_close(weights[0], expected)
+    assert (weights[1, :, 2:] == 0).all()
+    assert model.decoder.attention_score is None
+    concat = _model("luong", score="concat").decoder
+    assert isinstance(concat.attention_score, AdditiveScore)
+    general = _model("luong", score="general").decoder
+    assert isinstance(general.attention_score, BilinearScore)
+    with pytest.raises(ValueError, match="score must be one of"):
+        _model("luong", score="scaled")
+
+
+def test_make_seq2seq_picks_the_decoder():
+    kinds = {True: s2s.AttentionDecoder, "bahdanau": s2s.AttentionDecoder,
+             "luong": s2s.LuongDecoder, False: s2s.FixedContextDecoder,
+             "none": s2s.FixedContextDecoder}
+    for attention, decoder_class in kinds.items():
+        assert type(_model(attention).decoder) is decoder_class
+    with pytest.raises(ValueError, match="attention must be"):
+        _model("dot")
 
 
 # --- loss and training ----------------------------------------------------------------------
@@ -238,6 +302,26 @@ def test_exact_match_and_buckets():
     assert rows[0]["exact_match"] == pytest.approx(0.5)
     assert rows[-1]["exact_match"] == pytest.approx(0.75)
     assert "exact match" in s2s.format_table(rows, title="t")
+
+
+def test_mean_std_and_the_table_over_seeds():
+    assert s2s.mean_std([1.0, 3.0]) == (2.0, 1.0)
+    assert s2s.mean_std([0.5]) == (0.5, 0.0)
+    with pytest.raises(ValueError, match="at least one"):
+        s2s.mean_std([])
+    pairs = [(["w"] * n, ["z"] * n) for n in (3, 4, 12)]
+    run_a = s2s.scores_by_length(pairs, [["z"] * 3, ["z"] * 4, ["z"] * 12])
+    run_b = s2s.scores_by_length(pairs, [["z"] * 3, ["y"] * 4, ["z"] * 12])
+    table = s2s.format_over_seeds({"model": [run_a, run_b], "other": [run_a]})
+    header, first, second = table.splitlines()
+    assert header.split() == ["3-6", "11-14", "all"]
+    # 3-6: 100% and 50% -> 75 ± 25; 11-14: 100% twice; all: 100% and 66.7%
+    assert first.split()[1:4] == ["75.0", "±", "25.0"]
+    assert first.split()[4:7] == ["100.0", "±", "0.0"]
+    assert "83.3 ±" in first and second.split()[0] == "other"
+    assert "1.00 ± 0.00" in s2s.format_over_seeds({"m": [run_a]}, metric="bleu")
+    with pytest.raises(ValueError, match="different length buckets"):
+        s2s.format_over_seeds({"m": [run_a, run_a[1:]]})
 
 
 # --- GPU ------------------------------------------------------------------------------------

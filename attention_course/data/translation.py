@@ -67,6 +67,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import NamedTuple
 
 import torch
@@ -442,6 +443,49 @@ def collate(
     )
 
 
+def random_batch(
+    batch_size: int,
+    src_len: int,
+    tgt_len: int,
+    src_vocab_size: int,
+    tgt_vocab_size: int,
+    seed: int = 0,
+) -> TranslationBatch:
+    """A batch of random word ids with no padding, for timing models on
+    sequences of any length.
+
+    ``src (B, src_len)`` ends with ``<eos>``; ``tgt_in`` and ``tgt_out`` are
+    ``(B, tgt_len)``, ``<bos>`` + words and words + ``<eos>``; word ids are
+    drawn uniformly from the non-special ids.
+    """
+    if min(batch_size, src_len, tgt_len) < 1:
+        raise ValueError(
+            f"batch_size, src_len and tgt_len must be at least 1, got "
+            f"{batch_size}, {src_len} and {tgt_len}"
+        )
+    if min(src_vocab_size, tgt_vocab_size) <= len(SPECIALS):
+        raise ValueError(
+            f"vocabularies need more than the {len(SPECIALS)} special tokens, "
+            f"got sizes {src_vocab_size} and {tgt_vocab_size}"
+        )
+    gen = torch.Generator().manual_seed(seed)
+    first = len(SPECIALS)
+    src = torch.randint(first, src_vocab_size, (batch_size, src_len),
+                        generator=gen)
+    src[:, -1] = Vocab.eos_id
+    words = torch.randint(first, tgt_vocab_size, (batch_size, tgt_len - 1),
+                          generator=gen)
+    bos = torch.full((batch_size, 1), Vocab.bos_id)
+    eos = torch.full((batch_size, 1), Vocab.eos_id)
+    return TranslationBatch(
+        src=src,
+        src_valid_lens=torch.full((batch_size,), src_len),
+        tgt_in=torch.cat([bos, words], dim=1),
+        tgt_out=torch.cat([words, eos], dim=1),
+        tgt_valid_lens=torch.full((batch_size,), tgt_len),
+    )
+
+
 class TranslationLoader:
     """Batches of a list of pairs, reshuffled at every pass
     (deterministic from ``seed``)."""
@@ -533,19 +577,44 @@ class TranslationCorpus:
         )
 
 
+def _distinct_pairs(
+    rng: random.Random, max_len: int, max_attempts: int
+) -> Iterator[Pair]:
+    """Sentence pairs from the grammar, each English sentence once, both sides
+    at most ``max_len`` words; a ``ValueError`` after ``max_attempts`` draws."""
+    seen: set[tuple[str, ...]] = set()
+    for _ in range(max_attempts):
+        clause = sample_clause(rng)
+        src, tgt = clause.english(), clause.chinese()
+        if len(src) > max_len or len(tgt) > max_len or tuple(src) in seen:
+            continue
+        seen.add(tuple(src))
+        yield src, tgt
+    raise ValueError(
+        f"could not draw enough distinct sentences of <= {max_len} words "
+        f"in {max_attempts} attempts"
+    )
+
+
 def make_translation_corpus(
     n_train: int = 6000,
     n_val: int = 500,
     n_test: int = 1000,
     seed: int = 0,
     max_len: int = 20,
+    train_max_len: int | None = None,
 ) -> TranslationCorpus:
     """Generate distinct sentence pairs from the grammar and split them
     three ways.
 
     Deterministic for a given ``seed``. No English sentence appears twice (so
     the splits share none); both sides of every pair have at most ``max_len``
-    words.
+    words. By default the three splits are drawn alike. With
+    ``train_max_len``, a *length split*: the training sentences have at most
+    ``train_max_len`` English words, while validation and test hold sentences
+    of every length up to ``max_len`` as the grammar makes them, so that they
+    measure translation of longer sentences than any seen in training as well
+    as of unseen sentences of familiar lengths.
     """
     if n_train < 1 or n_val < 0 or n_test < 0:
         raise ValueError(
@@ -554,26 +623,21 @@ def make_translation_corpus(
         )
     if max_len < 3:
         raise ValueError(f"max_len must be at least 3, got {max_len}")
-    rng = random.Random(seed)
+    if train_max_len is not None and not 3 <= train_max_len < max_len:
+        raise ValueError(
+            f"train_max_len must lie in [3, max_len={max_len}), "
+            f"got {train_max_len}"
+        )
     total = n_train + n_val + n_test
-    seen: set[tuple[str, ...]] = set()
-    pairs: list[Pair] = []
-    attempts = 0
-    while len(pairs) < total:
-        attempts += 1
-        if attempts > 50 * total + 1000:
-            raise ValueError(
-                f"could not draw {total} distinct sentences "
-                f"of <= {max_len} words"
-            )
-        clause = sample_clause(rng)
-        src, tgt = clause.english(), clause.chinese()
-        if len(src) > max_len or len(tgt) > max_len or tuple(src) in seen:
-            continue
-        seen.add(tuple(src))
-        pairs.append((src, tgt))
-    train, val, test = (pairs[:n_train], pairs[n_train : n_train + n_val],
-                        pairs[n_train + n_val :])
+    pairs = _distinct_pairs(random.Random(seed), max_len, 50 * total + 1000)
+    if train_max_len is None:  # train, val, test in the order drawn
+        train = [next(pairs) for _ in range(n_train)]
+        held_out = [next(pairs) for _ in range(n_val + n_test)]
+    else:  # held-out sentences of every length first, then short ones
+        held_out = [next(pairs) for _ in range(n_val + n_test)]
+        short = (pair for pair in pairs if len(pair[0]) <= train_max_len)
+        train = list(islice(short, n_train))
+    val, test = held_out[:n_val], held_out[n_val:]
     return TranslationCorpus(
         train=train,
         val=val,
