@@ -124,10 +124,16 @@ _MARKUP = re.compile(
 )
 
 
+_ROLE_TEXT = re.compile(r"^(\{[\w:-]+\}`)[^`<]*<([^`>]*)>`$")
+
+
 def markup(text: str) -> list[str]:
     """The parts of a message a translation must keep as they are (roles, code,
-    maths, link targets, inline HTML, footnotes), sorted."""
-    return sorted(_MARKUP.findall(text))
+    maths, link targets, inline HTML, footnotes), sorted. A role's visible text
+    may be translated: of {term}`text <target>` only the role and the target
+    count."""
+    return sorted(_ROLE_TEXT.sub(r"\1<\2>`", part)
+                  for part in _MARKUP.findall(text))
 
 
 def lint(paths: list[Path]) -> list[str]:
