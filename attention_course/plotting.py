@@ -249,3 +249,165 @@ def plot_losses(
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+# Okabe and Ito's palette: told apart with any colour vision.
+RUN_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9",
+              "#D55E00", "#000000")
+RUN_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))
+
+
+def plot_runs(
+    curves: dict[str, Sequence[Sequence[float]]],
+    *,
+    xlabel: str = "epoch",
+    ylabel: str = "test accuracy",
+    title: str | None = None,
+    chance: float | None = None,
+    ax: plt.Axes | None = None,
+) -> Figure:
+    """Curves of several runs (seeds) per variant: each run thin, the mean
+    thick.
+
+    ``curves`` maps a variant's name to its runs, each a sequence of values
+    (one per epoch, counted from 1). Every variant has its own colour (a
+    palette for colour-blind readers), line style and marker, and its mean is
+    labelled at its right end as well as in the legend. ``chance`` draws a
+    dotted grey line. Draws into ``ax`` when given; returns the figure.
+    """
+    if not curves:
+        raise ValueError("curves is empty: give at least one variant")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.0, 3.4), layout="constrained")
+    else:
+        fig = ax.figure
+    ends = []
+    for k, (name, runs) in enumerate(curves.items()):
+        lengths = {len(r) for r in runs}
+        if len(lengths) != 1 or 0 in lengths:
+            raise ValueError(
+                f"{name!r}: every run needs the same number of values, "
+                f"got runs of lengths {[len(r) for r in runs]}"
+            )
+        values = np.asarray([list(r) for r in runs], dtype=float)
+        color = RUN_COLORS[k % len(RUN_COLORS)]
+        style, marker = RUN_STYLES[k % len(RUN_STYLES)]
+        x = np.arange(1, values.shape[1] + 1)
+        for run in values:
+            ax.plot(x, run, color=color, linestyle=style, alpha=0.35, lw=0.8)
+        mean = values.mean(axis=0)
+        ax.plot(x, mean, color=color, linestyle=style, marker=marker,
+                markersize=4, lw=2,
+                label=f"{name} (mean of {len(values)})")
+        ends.append((mean[-1], x[-1], name, color))
+    # Name each mean at its right end, nudging names apart so none overlap.
+    low, high = ax.get_ylim()
+    gap, placed = 0.06 * (high - low), []
+    for y, *_ in sorted(ends):
+        placed.append(max(y, placed[-1] + gap) if placed else y)
+    shift = max(0.0, placed[-1] - (high - gap / 2))      # keep inside the axes
+    for (y, x_end, name, color), text_y in zip(sorted(ends), placed,
+                                               strict=True):
+        ax.annotate(name, (x_end, y),
+                    xytext=(x_end + 0.03 * x_end, text_y - shift),
+                    va="center", color=color, fontsize=8)
+    ax.set_ylim(low, high)
+    if chance is not None:
+        right = max(x_end for _, x_end, _, _ in ends)
+        ax.axhline(chance, color="grey", linestyle=":", lw=1)
+        ax.annotate("chance", (right, chance), xytext=(0, 2),
+                    textcoords="offset points", ha="right", va="bottom",
+                    color="grey", fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.margins(x=0.14)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def show_channels(
+    images: torch.Tensor,
+    *,
+    boxes: torch.Tensor | None = None,
+    maps: torch.Tensor | None = None,
+    channel_names: Sequence[str] | None = None,
+    row_names: Sequence[str] | None = None,
+    map_name: str = "map",
+    suptitle: str | None = None,
+    map_cmap: str = "viridis",
+    box_color: str = "#E69F00",
+    panel_size: float = 1.25,
+) -> Figure:
+    """Draw images channel by channel: one row per image, one column per
+    channel, and a last column for ``maps`` when given.
+
+    ``images (N, C, H, W)``, drawn in grey from 0 (black) to 1 (white);
+    ``boxes (N, 4)``, ``(top, left, bottom, right)`` with bottom and right
+    exclusive, outlined (orange, edged in black) on every panel of their row;
+    ``maps (N, H, W)``, drawn with ``map_cmap`` (perceptually uniform) on one
+    shared scale with a colour bar.
+    """
+    from matplotlib import patheffects
+    from matplotlib.patches import Rectangle
+
+    x = _as_numpy(images)
+    if x.ndim != 4:
+        raise ValueError(
+            f"images must be (N, C, H, W), got shape {tuple(x.shape)}"
+        )
+    n, c, h, w = x.shape
+    m = None if maps is None else _as_numpy(maps)
+    if m is not None and m.shape != (n, h, w):
+        raise ValueError(
+            f"maps must be (N, H, W) = {(n, h, w)}, got {tuple(m.shape)}"
+        )
+    if boxes is not None and tuple(boxes.shape) != (n, 4):
+        raise ValueError(
+            f"boxes must be (N, 4) = {(n, 4)}, got {tuple(boxes.shape)}"
+        )
+    if channel_names is not None and len(channel_names) != c:
+        raise ValueError(
+            f"channel_names has {len(channel_names)} names for {c} channels"
+        )
+    if row_names is not None and len(row_names) != n:
+        raise ValueError(f"row_names has {len(row_names)} names for {n} rows")
+    cols = c + (m is not None)
+    fig, axes = plt.subplots(
+        n, cols, figsize=(panel_size * cols + 0.9, panel_size * n + 0.5),
+        squeeze=False, layout="constrained",
+    )
+    names = list(channel_names or [f"ch {i}" for i in range(c)])
+    # A dark edge keeps the box visible on white pixels and yellow maps.
+    outline = [patheffects.Stroke(linewidth=2.6, foreground="black"),
+               patheffects.Normal()]
+    image = None
+    for i in range(n):
+        panels = [(x[i, j], "gray", 0.0, 1.0) for j in range(c)]
+        if m is not None:
+            panels.append((m[i], map_cmap, 0.0, float(m.max())))
+        for j, (panel, cmap, vmin, vmax) in enumerate(panels):
+            ax = axes[i, j]
+            shown = ax.imshow(panel, cmap=cmap, vmin=vmin, vmax=vmax)
+            if j == c:
+                image = shown
+            if boxes is not None:
+                top, left, bottom, right = (int(v) for v in boxes[i])
+                ax.add_patch(Rectangle(
+                    (left - 0.5, top - 0.5), right - left, bottom - top,
+                    fill=False, edgecolor=box_color, lw=1.3,
+                    path_effects=outline,
+                ))
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i == 0:
+                ax.set_title(names[j] if j < c else map_name, fontsize=9)
+        if row_names is not None:
+            axes[i, 0].set_ylabel(row_names[i], fontsize=8)
+    if image is not None:
+        fig.colorbar(image, ax=axes[:, -1], shrink=0.8, label=map_name)
+    if suptitle:
+        fig.suptitle(safe_text(suptitle), fontsize=10)
+    return fig

@@ -151,3 +151,46 @@ def test_console_script_runs() -> None:
         capture_output=True, text=True, check=True,
     )
     assert "torch" in result.stdout and "device" in result.stdout
+
+
+def test_plot_runs_draws_every_run_and_a_labelled_mean_per_variant() -> None:
+    curves = {"none": [[0.3, 0.5, 0.6], [0.4, 0.5, 0.7]], "se": [[0.2, 0.6, 0.9]] * 3}
+    fig = plotting.plot_runs(curves, chance=1 / 3)
+    ax = fig.axes[0]
+    means = [line for line in ax.lines if line.get_label().endswith(")")]
+    assert [line.get_label() for line in means] == ["none (mean of 2)", "se (mean of 3)"]
+    np.testing.assert_allclose(means[0].get_ydata(), [0.35, 0.5, 0.65])
+    np.testing.assert_allclose(means[0].get_xdata(), [1, 2, 3])
+    assert means[0].get_color() != means[1].get_color()
+    assert means[0].get_linestyle() != means[1].get_linestyle()
+    assert means[0].get_marker() != means[1].get_marker()
+    assert len(ax.lines) == 2 + 3 + 2 + 1  # runs, means, chance
+    assert {t.get_text() for t in ax.texts} >= {"none", "se", "chance"}
+    matplotlib.pyplot.close(fig)
+    with pytest.raises(ValueError, match="same number of values"):
+        plotting.plot_runs({"a": [[1, 2], [1]]})
+    with pytest.raises(ValueError, match="empty"):
+        plotting.plot_runs({})
+
+
+def test_show_channels_draws_a_panel_per_channel_and_the_maps() -> None:
+    images = torch.rand(2, 3, 6, 7)
+    boxes = torch.tensor([[0, 0, 2, 2], [1, 1, 4, 5]])
+    maps = torch.rand(2, 6, 7)
+    fig = plotting.show_channels(images, boxes=boxes, maps=maps, map_name="m",
+                                 row_names=["a", "b"])
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 2 * 4
+    np.testing.assert_allclose(panels[1].images[0].get_array(), images[0, 1].numpy())
+    np.testing.assert_allclose(panels[7].images[0].get_array(), maps[1].numpy())
+    assert panels[7].images[0].get_cmap().name == "viridis"
+    assert all(len(ax.patches) == 1 for ax in panels)
+    assert [ax.get_title() for ax in panels[:4]] == ["ch 0", "ch 1", "ch 2", "m"]
+    matplotlib.pyplot.close(fig)
+    fig = plotting.show_channels(images)
+    assert len([ax for ax in fig.axes if ax.images]) == 6
+    matplotlib.pyplot.close(fig)
+    with pytest.raises(ValueError, match=r"maps must be \(N, H, W\)"):
+        plotting.show_channels(images, maps=torch.rand(2, 7, 6))
+    with pytest.raises(ValueError, match=r"\(N, C, H, W\)"):
+        plotting.show_channels(torch.rand(3, 6, 7))
