@@ -24,7 +24,7 @@ from attention_course.grading.spec import Case, Exercise, Mistake, Question
 
 NW_SECTION = "1.3 Nadaraya-Watson: let the query choose the weights"
 BANDWIDTH_SECTION = "1.4 The bandwidth trades bias for variance"
-LEARNED_SECTION = "1.6 Parametric attention pooling: learning the bandwidth"
+LEARNED_SECTION = "1.6 Attention pooling with a learned bandwidth"
 
 
 def _points(g: torch.Generator, n: int) -> torch.Tensor:
