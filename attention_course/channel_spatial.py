@@ -20,8 +20,18 @@ normalisation, whose shift does that job).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from tqdm.auto import tqdm
+
+from attention_course.device import get_device, seed_everything
+from attention_course.training import train
 
 
 def _check_feature_map(
@@ -52,6 +62,76 @@ def _hidden_size(channels: int, reduction: int) -> int:
     if reduction < 1:
         raise ValueError(f"reduction must be at least 1, got {reduction}")
     return max(1, channels // reduction)
+
+
+def center_surround_saliency(
+    images: torch.Tensor, center: int = 5, surround: int = 11
+) -> torch.Tensor:
+    """A bottom-up saliency map in the spirit of Itti et al. (1998),
+    ``(B, C, H, W) -> (B, H, W)``.
+
+    Each channel is a feature map. Its *conspicuity* at a position is how much
+    the mean over a ``center x center`` window differs from the mean over the
+    ``surround x surround`` window around it (centre-surround contrast; the
+    image is taken to be 0 outside). Itti's normalisation then scales each
+    channel's map to ``[0, 1]`` and multiplies it by ``(1 - m)^2``, where
+    ``m`` is the mean of its other local maxima: a map with one clear peak
+    keeps it, a map full of similar peaks (clutter) is damped. The saliency
+    map is the channels' mean. Fixed, not learned, and blind to the task: it
+    marks whatever stands out.
+    """
+    _check_feature_map(images, None, "center_surround_saliency")
+    if not 1 <= center < surround or center % 2 == 0 or surround % 2 == 0:
+        raise ValueError(
+            f"need odd window sizes with 1 <= center < surround, "
+            f"got center={center} and surround={surround}"
+        )
+
+    def local_mean(size: int) -> torch.Tensor:
+        return F.avg_pool2d(images, size, stride=1, padding=size // 2)
+
+    contrast = (local_mean(center) - local_mean(surround)).abs()
+    # A flat channel (contrast 0, up to rounding) stays 0 instead of blowing
+    # its rounding errors up to 1.
+    peak = contrast.amax(dim=(2, 3), keepdim=True).clamp_min(1e-6)
+    maps = contrast / peak                                    # in [0, 1]
+    local_max = F.max_pool2d(maps, 5, stride=1, padding=2)
+    is_peak = (maps == local_max) & (maps > 0.05)
+    count = is_peak.sum(dim=(2, 3), keepdim=True)
+    others = (maps * is_peak).sum(dim=(2, 3), keepdim=True) - maps.amax(
+        dim=(2, 3), keepdim=True
+    )
+    mean_other = torch.where(count > 1, others / (count - 1).clamp_min(1), 0)
+    return (maps * (1 - mean_other) ** 2).mean(dim=1)
+
+
+def max_pool_as_attention(
+    x: torch.Tensor, kernel_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Max pooling written as hard attention over each window.
+
+    ``x (B, C, H, W)`` is cut into non-overlapping ``k x k`` windows
+    (``k = kernel_size``, dividing ``H`` and ``W``). In each window the weights
+    are one-hot on the largest entry, and the output is the weighted sum of
+    the window: ``F.max_pool2d(x, k)``. Returns ``(pooled, weights)``, pooled
+    ``(B, C, H/k, W/k)`` and weights ``(B, C, H/k, W/k, k*k)`` (window
+    entries in row-major order).
+    """
+    _check_feature_map(x, None, "max_pool_as_attention")
+    b, c, h, w = x.shape
+    if kernel_size < 1 or h % kernel_size or w % kernel_size:
+        raise ValueError(
+            f"kernel_size must be positive and divide H and W, got "
+            f"{kernel_size} for x of shape {tuple(x.shape)}"
+        )
+    k = kernel_size
+    windows = (
+        x.reshape(b, c, h // k, k, w // k, k)
+        .permute(0, 1, 2, 4, 3, 5)
+        .reshape(b, c, h // k, w // k, k * k)
+    )
+    weights = F.one_hot(windows.argmax(dim=-1), k * k).to(x.dtype)
+    return (weights * windows).sum(dim=-1), weights
 
 
 def squeeze(x: torch.Tensor) -> torch.Tensor:
@@ -191,7 +271,7 @@ class CBAM(_Attention):
         return channel_weights * spatial_weights
 
 
-ATTENTION_BLOCKS = ("none", "se", "cbam")
+ATTENTION_BLOCKS = ("none", "se", "spatial", "cbam")
 
 
 class SmallCNN(nn.Module):
@@ -202,9 +282,10 @@ class SmallCNN(nn.Module):
     ``conv_size x conv_size`` convolutions (``width`` channels, ReLU, size
     kept), global average pooling, a linear layer; with ``conv_size=1`` the
     network sees no shapes, only what each pixel holds. The attention block
-    (``"none"``, ``"se"`` or ``"cbam"``) sits on the input (``attend="input"``,
-    where we know which channels and positions matter) or after the first
-    convolution (``attend="features"``).
+    (``"none"``, ``"se"``, ``"spatial"``, CBAM's spatial stage alone, or
+    ``"cbam"``) sits on the input (``attend="input"``, where we know which
+    channels and positions matter) or after the first convolution
+    (``attend="features"``).
     """
 
     def __init__(
@@ -233,6 +314,8 @@ class SmallCNN(nn.Module):
         channels = in_channels if attend == "input" else width
         if attention == "se":
             self.attention: nn.Module = SqueezeExcitation(channels, reduction)
+        elif attention == "spatial":
+            self.attention = SpatialAttention(kernel_size)
         elif attention == "cbam":
             self.attention = CBAM(channels, reduction, kernel_size)
         else:
@@ -273,3 +356,180 @@ def mass_in_boxes(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     top, left, bottom, right = (boxes[:, i, None, None] for i in range(4))
     inside = (rows >= top) & (rows < bottom) & (cols >= left) & (cols < right)
     return (maps * inside).sum(dim=(1, 2)) / maps.sum(dim=(1, 2))
+
+
+def peak_in_boxes(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+    """Whether each map's largest entry lies inside its box, bool ``(B,)``.
+
+    ``maps`` ``(B, H, W)`` or ``(B, 1, H, W)``; ``boxes`` ``(B, 4)`` integer
+    ``(top, left, bottom, right)``, bottom and right exclusive. A position
+    drawn at random is inside with probability box area / image area.
+    """
+    if maps.dim() == 4 and maps.shape[1] == 1:
+        maps = maps[:, 0]
+    if maps.dim() != 3 or boxes.shape != (maps.shape[0], 4):
+        raise ValueError(
+            f"maps must be (B, H, W) or (B, 1, H, W) and boxes (B, 4); "
+            f"got maps {tuple(maps.shape)} and boxes {tuple(boxes.shape)}"
+        )
+    peak = maps.flatten(1).argmax(dim=1)
+    row, col = peak // maps.shape[2], peak % maps.shape[2]
+    top, left, bottom, right = boxes.to(maps.device).unbind(dim=1)
+    return (row >= top) & (row < bottom) & (col >= left) & (col < right)
+
+
+def convolution_as_attention(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    sharpness: float = 10.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A ``K x K`` convolution computed as self-attention with ``K*K`` heads
+    (the construction of Cordonnier et al., 2020).
+
+    Every pixel of the zero-padded image is a key; every pixel of ``x`` a
+    query. Head ``h`` owns one offset ``delta_h`` of the ``K x K`` window and
+    scores keys by their position only: ``-sharpness * |(k - q) - delta_h|^2``
+    for a query at ``q`` and a key at ``k``, then a softmax over the keys. Its
+    value projection is the kernel's slice ``weight[:, :, delta_h]``, and the
+    heads' outputs add up. As ``sharpness`` grows every head's weights tend to
+    one-hot on its offset, and the output to
+    ``F.conv2d(x, weight, bias, padding=K // 2)``.
+
+    ``x (B, C, H, W)``, ``weight (C_out, C, K, K)`` with ``K`` odd, ``bias``
+    ``(C_out,)`` or ``None``. Returns ``(output, weights)``: output
+    ``(B, C_out, H, W)``, weights ``(K*K, H*W, (H+K-1)*(W+K-1))``, the same
+    for every image (they ignore the content).
+    """
+    _check_feature_map(x, None, "convolution_as_attention")
+    if (
+        weight.dim() != 4
+        or weight.shape[1] != x.shape[1]
+        or weight.shape[2] != weight.shape[3]
+        or weight.shape[2] % 2 == 0
+    ):
+        raise ValueError(
+            f"weight must be (C_out, C, K, K) with C={x.shape[1]} and K odd, "
+            f"got weight {tuple(weight.shape)} for x {tuple(x.shape)}"
+        )
+    k, pad = weight.shape[-1], weight.shape[-1] // 2
+    _, _, h, w = x.shape
+    keys = F.pad(x, (pad, pad, pad, pad)).flatten(2).transpose(1, 2)
+
+    def grid(n_rows: int, n_cols: int, start: int) -> torch.Tensor:
+        rows = torch.arange(n_rows, device=x.device) + start
+        cols = torch.arange(n_cols, device=x.device) + start
+        return torch.cartesian_prod(rows, cols).to(x.dtype)
+
+    key_positions = grid(h + 2 * pad, w + 2 * pad, -pad)       # (Nk, 2)
+    relative = key_positions[None] - grid(h, w, 0)[:, None]    # (Nq, Nk, 2)
+    offsets = grid(k, k, -pad)                                 # (K*K, 2)
+    distance = (relative[None] - offsets[:, None, None]).square().sum(-1)
+    weights = torch.softmax(-sharpness * distance, dim=-1)     # (K*K, Nq, Nk)
+    projections = weight.flatten(2).permute(2, 0, 1)           # (K*K, C_out, C)
+    values = torch.einsum("bnc,hoc->bhno", keys, projections)
+    output = (weights @ values).sum(dim=1).transpose(1, 2)     # (B, C_out, Nq)
+    if bias is not None:
+        output = output + bias[:, None]
+    return output.reshape(x.shape[0], -1, h, w), weights
+
+
+@dataclass
+class Run:
+    """One trained :class:`SmallCNN`: its attention block, seed, the loss of
+    every step and the test accuracy after every epoch."""
+
+    attention: str
+    seed: int
+    model: SmallCNN
+    losses: list[float]
+    test_accuracy: list[float]
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Share of ``x (N, C, H, W)`` classified as ``y (N,)``, in eval mode.
+
+    Leaves the weights of ``x`` in the attention blocks' ``last_weights``.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    predicted = model(x.to(device)).argmax(dim=1).cpu()
+    return (predicted == y.cpu()).float().mean().item()
+
+
+def _cross_entropy(
+    model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+
+def train_variants(
+    attentions: Sequence[str],
+    seeds: Sequence[int],
+    train_data: tuple[torch.Tensor, torch.Tensor],
+    test_data: tuple[torch.Tensor, torch.Tensor],
+    *,
+    epochs: int,
+    lr: float,
+    batch_size: int = 64,
+    device: torch.device | str | None = None,
+    progress: bool = True,
+    desc: str = "training",
+    **cnn: Any,
+) -> list[Run]:
+    """Train a :class:`SmallCNN` per attention block and seed; return the
+    runs.
+
+    ``train_data`` and ``test_data`` are ``(images (N, C, H, W), labels
+    (N,))``. A seed fixes the initial weights and the order of the batches;
+    the data stay the same. Adam at learning rate ``lr``, cross-entropy, the
+    course's :func:`~attention_course.training.train` loop; the test accuracy
+    is measured after every epoch (no model selection: each run keeps its
+    last weights). ``cnn`` goes to :class:`SmallCNN` (``attend``, ``width``,
+    ...). One progress bar for all runs.
+    """
+    x, y = train_data
+    if x.dim() != 4 or y.shape != (x.shape[0],):
+        raise ValueError(
+            f"train_data must be images (N, C, H, W) and labels (N,), "
+            f"got {tuple(x.shape)} and {tuple(y.shape)}"
+        )
+    device = torch.device(device) if device is not None else get_device()
+    num_classes = int(torch.cat([y, test_data[1]]).max()) + 1
+    bar = tqdm(
+        total=len(attentions) * len(seeds) * epochs,
+        desc=desc,
+        disable=not progress,
+    )
+    runs = []
+    try:
+        for attention in attentions:
+            for seed in seeds:
+                seed_everything(seed)
+                model = SmallCNN(x.shape[1], num_classes, attention, **cnn)
+                model.to(device)
+                optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+                batches = DataLoader(
+                    TensorDataset(x, y),
+                    batch_size=batch_size,
+                    shuffle=True,
+                    generator=torch.Generator().manual_seed(seed),
+                )
+                run = Run(attention, seed, model, [], [])
+                for _ in range(epochs):
+                    run.losses += train(
+                        model, _cross_entropy, batches, optimizer=optimizer,
+                        device=device, progress=False,
+                    )
+                    run.test_accuracy.append(accuracy(model, *test_data))
+                    bar.update(1)
+                    bar.set_postfix_str(
+                        f"{attention}, seed {seed}: "
+                        f"test accuracy {run.test_accuracy[-1]:.3f}"
+                    )
+                runs.append(run)
+    finally:
+        bar.close()
+    return runs

@@ -574,3 +574,88 @@ def show_alignments(
         axes[0, 0].set_ylabel(ylabel)
         fig.colorbar(image, ax=axes, shrink=0.8, label="weight")
     return fig
+
+
+def show_channels(
+    images: torch.Tensor,
+    *,
+    boxes: torch.Tensor | None = None,
+    maps: torch.Tensor | None = None,
+    channel_names: Sequence[str] | None = None,
+    row_names: Sequence[str] | None = None,
+    map_name: str = "map",
+    suptitle: str | None = None,
+    map_cmap: str = "viridis",
+    box_color: str = "#E69F00",
+    panel_size: float = 1.25,
+) -> Figure:
+    """Draw images channel by channel: one row per image, one column per
+    channel, and a last column for ``maps`` when given.
+
+    ``images (N, C, H, W)``, drawn in grey from 0 (black) to 1 (white);
+    ``boxes (N, 4)``, ``(top, left, bottom, right)`` with bottom and right
+    exclusive, outlined (orange, edged in black) on every panel of their row;
+    ``maps (N, H, W)``, drawn with ``map_cmap`` (perceptually uniform) on one
+    shared scale with a colour bar.
+    """
+    from matplotlib import patheffects
+    from matplotlib.patches import Rectangle
+
+    x = _as_numpy(images)
+    if x.ndim != 4:
+        raise ValueError(
+            f"images must be (N, C, H, W), got shape {tuple(x.shape)}"
+        )
+    n, c, h, w = x.shape
+    m = None if maps is None else _as_numpy(maps)
+    if m is not None and m.shape != (n, h, w):
+        raise ValueError(
+            f"maps must be (N, H, W) = {(n, h, w)}, got {tuple(m.shape)}"
+        )
+    if boxes is not None and tuple(boxes.shape) != (n, 4):
+        raise ValueError(
+            f"boxes must be (N, 4) = {(n, 4)}, got {tuple(boxes.shape)}"
+        )
+    if channel_names is not None and len(channel_names) != c:
+        raise ValueError(
+            f"channel_names has {len(channel_names)} names for {c} channels"
+        )
+    if row_names is not None and len(row_names) != n:
+        raise ValueError(f"row_names has {len(row_names)} names for {n} rows")
+    cols = c + (m is not None)
+    fig, axes = plt.subplots(
+        n, cols, figsize=(panel_size * cols + 0.9, panel_size * n + 0.5),
+        squeeze=False, layout="constrained",
+    )
+    names = list(channel_names or [f"ch {i}" for i in range(c)])
+    # A dark edge keeps the box visible on white pixels and yellow maps.
+    outline = [patheffects.Stroke(linewidth=2.6, foreground="black"),
+               patheffects.Normal()]
+    image = None
+    for i in range(n):
+        panels = [(x[i, j], "gray", 0.0, 1.0) for j in range(c)]
+        if m is not None:
+            panels.append((m[i], map_cmap, 0.0, float(m.max())))
+        for j, (panel, cmap, vmin, vmax) in enumerate(panels):
+            ax = axes[i, j]
+            shown = ax.imshow(panel, cmap=cmap, vmin=vmin, vmax=vmax)
+            if j == c:
+                image = shown
+            if boxes is not None:
+                top, left, bottom, right = (int(v) for v in boxes[i])
+                ax.add_patch(Rectangle(
+                    (left - 0.5, top - 0.5), right - left, bottom - top,
+                    fill=False, edgecolor=box_color, lw=1.3,
+                    path_effects=outline,
+                ))
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i == 0:
+                ax.set_title(names[j] if j < c else map_name, fontsize=9)
+        if row_names is not None:
+            axes[i, 0].set_ylabel(row_names[i], fontsize=8)
+    if image is not None:
+        fig.colorbar(image, ax=axes[:, -1], shrink=0.8, label=map_name)
+    if suptitle:
+        fig.suptitle(safe_text(suptitle), fontsize=10)
+    return fig

@@ -9,13 +9,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attention_course.channel_spatial import (
+    ATTENTION_BLOCKS,
     CBAM,
     ChannelAttention,
     SmallCNN,
     SpatialAttention,
     SqueezeExcitation,
+    accuracy,
+    center_surround_saliency,
+    convolution_as_attention,
     mass_in_boxes,
+    max_pool_as_attention,
+    peak_in_boxes,
     squeeze,
+    train_variants,
 )
 from attention_course.data.images import OBJECT_SIZE, load_digits_images, make_object_images
 
@@ -172,7 +179,7 @@ def test_gradients_reach_every_parameter_and_the_input(name):
     assert x.grad is not None and x.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("attention", ["none", "se", "cbam"])
+@pytest.mark.parametrize("attention", ATTENTION_BLOCKS)
 @pytest.mark.parametrize("attend", ["input", "features"])
 def test_small_cnn_trains_end_to_end(attention, attend):
     model = SmallCNN(3, 4, attention, attend=attend, width=8, reduction=2)
@@ -282,3 +289,184 @@ def test_cbam_on_cuda_in_half_precision(dtype):
     out, weights = block.to("cuda", dtype)(x.to("cuda", dtype), return_weights=True)
     assert out.dtype == dtype and out.device.type == "cuda" and weights.device.type == "cuda"
     torch.testing.assert_close(out.float().cpu(), expected, atol=5e-2, rtol=5e-2)
+
+
+def test_small_cnn_blocks_are_the_named_modules():
+    kinds = {name: type(SmallCNN(6, 3, name, attend="input", reduction=2).attention)
+             for name in ATTENTION_BLOCKS}
+    assert kinds == {"none": torch.nn.Identity, "se": SqueezeExcitation,
+                     "spatial": SpatialAttention, "cbam": CBAM}
+    with pytest.raises(ValueError, match="attention must be one of"):
+        SmallCNN(6, 3, "channel")
+
+
+# ---------------------------------------------------------------- saliency, max pooling
+
+
+def test_saliency_marks_an_isolated_square_and_ignores_flat_regions():
+    images = torch.zeros(2, 3, 20, 20)                   # dark, flat channels
+    images[0, 1, 4:9, 10:15] = 1.0                       # a square in channel 1
+    images[1, 2, 12:17, 2:7] = 1.0
+    sal = center_surround_saliency(images)
+    assert sal.shape == (2, 20, 20)
+    assert torch.all(sal >= 0) and torch.all(sal <= 1)
+    boxes = torch.tensor([[4, 10, 9, 15], [12, 2, 17, 7]])
+    assert peak_in_boxes(sal, boxes).all()
+    # A channel that is flat everywhere contributes nothing (no division by zero).
+    assert torch.isfinite(sal).all()
+    assert sal[0, 15:, :5].abs().max() == 0
+
+
+def test_saliency_is_the_mean_of_itti_normalised_contrast():
+    images = _x(2, 4, 12, 12, seed=30)
+    local = [F.avg_pool2d(images, k, stride=1, padding=k // 2) for k in (3, 7)]
+    contrast = (local[0] - local[1]).abs()
+    expected = torch.zeros(2, 12, 12)
+    for b in range(2):
+        for c in range(4):
+            m = contrast[b, c] / contrast[b, c].max()
+            peaks = [m[i, j].item() for i in range(12) for j in range(12)
+                     if m[i, j] > 0.05
+                     and m[i, j] == m[max(i - 2, 0):i + 3, max(j - 2, 0):j + 3].max()]
+            others = sorted(peaks)[:-1]
+            mean_other = sum(others) / len(others) if others else 0.0
+            expected[b] += m * (1 - mean_other) ** 2 / 4
+    torch.testing.assert_close(center_surround_saliency(images, 3, 7), expected)
+
+
+def test_saliency_damps_a_cluttered_channel_against_a_single_square():
+    images = torch.zeros(1, 2, 20, 20)
+    images[0, 0, 8:13, 8:13] = 1.0                       # one square
+    images[0, 1, ::4, ::4] = 1.0                         # a grid of equal dots
+    sal = center_surround_saliency(images)
+    assert sal[0, 10, 10] > 3 * sal[0, 0, 0]
+
+
+@pytest.mark.parametrize("center, surround", [(2, 7), (5, 5), (7, 5), (3, 8)])
+def test_saliency_rejects_bad_windows(center, surround):
+    with pytest.raises(ValueError, match="center.*surround"):
+        center_surround_saliency(torch.zeros(1, 1, 9, 9), center, surround)
+
+
+@PROPERTY
+@given(k=st.sampled_from([1, 2, 3]), rows=st.integers(1, 3), cols=st.integers(1, 3),
+       seed=st.integers(0, 10_000))
+def test_max_pool_is_one_hot_attention_over_each_window(k, rows, cols, seed):
+    x = _x(2, 3, k * rows, k * cols, seed=seed).requires_grad_()
+    pooled, weights = max_pool_as_attention(x, k)
+    torch.testing.assert_close(pooled, F.max_pool2d(x, k))
+    assert weights.shape == (2, 3, rows, cols, k * k)
+    assert torch.all((weights == 0) | (weights == 1))
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, rows, cols))
+    pooled.sum().backward()
+    reference = x.detach().requires_grad_()
+    F.max_pool2d(reference, k).sum().backward()
+    torch.testing.assert_close(x.grad, reference.grad)
+
+
+def test_max_pool_weights_follow_the_window_in_row_major_order():
+    x = torch.tensor([[1.0, 3.0], [2.0, 0.0]])[None, None]
+    _, weights = max_pool_as_attention(x, 2)
+    assert weights[0, 0, 0, 0].tolist() == [0, 1, 0, 0]
+
+
+def test_max_pool_rejects_a_kernel_that_does_not_divide():
+    with pytest.raises(ValueError, match=r"divide H and W.*\(1, 1, 4, 6\)"):
+        max_pool_as_attention(torch.zeros(1, 1, 4, 6), 4)
+
+
+# ---------------------------------------------------------------- measuring maps
+
+
+def test_peak_in_boxes():
+    maps = torch.zeros(3, 1, 6, 6)
+    maps[0, 0, 2, 3] = 1.0                               # inside its box
+    maps[1, 0, 5, 5] = 1.0                               # outside
+    maps[2, 0, 4, 1] = 1.0                               # on the excluded bottom edge
+    boxes = torch.tensor([[1, 2, 4, 5], [0, 0, 3, 3], [1, 0, 4, 3]])
+    assert peak_in_boxes(maps, boxes).tolist() == [True, False, False]
+    with pytest.raises(ValueError, match="boxes"):
+        peak_in_boxes(maps, boxes[:2])
+
+
+def test_mass_in_boxes_of_an_even_map_is_the_area_share():
+    maps = torch.ones(2, 8, 8)
+    boxes = torch.tensor([[0, 0, 4, 4], [2, 2, 3, 5]])
+    torch.testing.assert_close(mass_in_boxes(maps, boxes), torch.tensor([16 / 64, 3 / 64]))
+
+
+# ---------------------------------------------------------------- convolution as attention
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_sharp_attention_heads_compute_the_convolution(k):
+    x = _x(2, 3, 7, 6, seed=31)
+    weight, bias = _x(4, 3, k, k, seed=32), _x(4, seed=33)
+    out, weights = convolution_as_attention(x, weight, bias, sharpness=50.0)
+    torch.testing.assert_close(out, F.conv2d(x, weight, bias, padding=k // 2),
+                               atol=1e-4, rtol=1e-4)
+    assert weights.shape == (k * k, 7 * 6, (7 + k - 1) * (6 + k - 1))
+    torch.testing.assert_close(weights.sum(-1), torch.ones(k * k, 42))
+
+
+def test_soft_heads_blur_the_convolution_and_sharpen_with_alpha():
+    x = _x(1, 2, 6, 6, seed=34)
+    weight = _x(3, 2, 3, 3, seed=35)
+    reference = F.conv2d(x, weight, padding=1)
+    errors = [(convolution_as_attention(x, weight, sharpness=s)[0] - reference).abs().max()
+              for s in (0.3, 1.0, 3.0, 10.0)]
+    assert all(a > b for a, b in zip(errors, errors[1:], strict=False))
+    assert errors[0] > 0.1
+
+
+def test_each_head_peaks_at_its_own_offset_and_ignores_content():
+    x1, x2 = _x(1, 1, 5, 5, seed=36), _x(1, 1, 5, 5, seed=37)
+    weight = torch.ones(1, 1, 3, 3)
+    _, w1 = convolution_as_attention(x1, weight, sharpness=2.0)
+    _, w2 = convolution_as_attention(x2, weight, sharpness=2.0)
+    torch.testing.assert_close(w1, w2)
+    query = 2 * 5 + 2                                     # the centre pixel
+    peaks = w1[:, query].argmax(dim=-1)                   # keys on the padded 7x7 grid
+    expected = [(3 + dr) * 7 + (3 + dc) for dr in (-1, 0, 1) for dc in (-1, 0, 1)]
+    assert peaks.tolist() == expected
+
+
+def test_convolution_as_attention_rejects_bad_kernels():
+    x = torch.zeros(1, 3, 5, 5)
+    for weight in (torch.zeros(2, 3, 2, 2), torch.zeros(2, 4, 3, 3), torch.zeros(2, 3, 3)):
+        with pytest.raises(ValueError, match="weight must be"):
+            convolution_as_attention(x, weight)
+
+
+# ---------------------------------------------------------------- training helper
+
+
+def test_train_variants_learns_the_object_task_and_records_every_epoch():
+    data = make_object_images(240, seed=3, clutter=0.05)
+    test = make_object_images(60, seed=4, clutter=0.05)
+    runs = train_variants(["none", "cbam"], [0, 1], (data.images, data.labels),
+                          (test.images, test.labels), epochs=2, lr=1e-2, batch_size=32,
+                          attend="input", reduction=1, progress=False, device="cpu")
+    assert [(r.attention, r.seed) for r in runs] == [
+        ("none", 0), ("none", 1), ("cbam", 0), ("cbam", 1)]
+    for run in runs:
+        assert len(run.test_accuracy) == 2 and len(run.losses) == 2 * 8
+        assert run.test_accuracy[-1] == accuracy(run.model, test.images, test.labels)
+        assert not run.model.training
+    assert runs[0].losses != runs[1].losses                # the seed matters
+
+
+def test_train_variants_is_reproducible_for_a_seed():
+    data = make_object_images(64, seed=5)
+    args = (["se"], [7], (data.images, data.labels), (data.images, data.labels))
+    first = train_variants(*args, epochs=1, lr=1e-2, progress=False, device="cpu",
+                           attend="input")
+    second = train_variants(*args, epochs=1, lr=1e-2, progress=False, device="cpu",
+                            attend="input")
+    assert first[0].losses == second[0].losses
+
+
+def test_train_variants_rejects_mismatched_data():
+    x, y = torch.zeros(4, 3, 8, 8), torch.zeros(5, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"\(4, 3, 8, 8\) and \(5,\)"):
+        train_variants(["none"], [0], (x, y), (x, y[:4]), epochs=1, lr=1e-2)

@@ -221,3 +221,25 @@ def test_plot_mean_std_draws_a_mean_and_a_sample_std_band_per_group() -> None:
     with pytest.raises(ValueError, match="x has 3 points but curves"):
         plotting.plot_mean_std({"c": np.ones((2, 4))}, x=x)
     plt.close("all")
+
+def test_show_channels_draws_a_panel_per_channel_and_the_maps() -> None:
+    images = torch.rand(2, 3, 6, 7)
+    boxes = torch.tensor([[0, 0, 2, 2], [1, 1, 4, 5]])
+    maps = torch.rand(2, 6, 7)
+    fig = plotting.show_channels(images, boxes=boxes, maps=maps, map_name="m",
+                                 row_names=["a", "b"])
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 2 * 4
+    np.testing.assert_allclose(panels[1].images[0].get_array(), images[0, 1].numpy())
+    np.testing.assert_allclose(panels[7].images[0].get_array(), maps[1].numpy())
+    assert panels[7].images[0].get_cmap().name == "viridis"
+    assert all(len(ax.patches) == 1 for ax in panels)
+    assert [ax.get_title() for ax in panels[:4]] == ["ch 0", "ch 1", "ch 2", "m"]
+    matplotlib.pyplot.close(fig)
+    fig = plotting.show_channels(images)
+    assert len([ax for ax in fig.axes if ax.images]) == 6
+    matplotlib.pyplot.close(fig)
+    with pytest.raises(ValueError, match=r"maps must be \(N, H, W\)"):
+        plotting.show_channels(images, maps=torch.rand(2, 7, 6))
+    with pytest.raises(ValueError, match=r"\(N, C, H, W\)"):
+        plotting.show_channels(torch.rand(3, 6, 7))
