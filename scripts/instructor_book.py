@@ -42,7 +42,7 @@ def instructor_toc(toc: dict) -> dict:
 
 def main() -> int:
     title = f"{read_yaml('_config.yml')['title']} (instructor's edition)"
-    status, html = build("instructor", derived_config(title=title),
+    status, html = build("instructor", derived_config(title=title, language_switch=False),
                          toc=instructor_toc(read_yaml("_toc.yml")))
     if status == 0:
         print(f"\nThe instructor's edition is at: {html / 'index.html'}")

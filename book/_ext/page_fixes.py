@@ -9,7 +9,8 @@
   inside a ``role="list"``, which screen readers cannot read as a list: they become
   list items.
 - Every page links to the same page in the other language's edition (the Chinese one
-  lives in ``zh_CN/`` under the English site).
+  lives in ``zh_CN/`` under the English site), unless ``language_switch`` is off (an
+  edition that has no twin, like the instructor's).
 - ``a11y.js`` names what the theme and the widget manager leave nameless (the search
   button, the sidebar's expand toggles, slider handles, live widget figures);
   ``layout.css`` keeps printed output and inline code inside the page on any screen and
@@ -42,7 +43,9 @@ def _page(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any]
     ]
     if "body" in context:
         context["body"] = context["body"].replace('role="doc-biblioentry"', 'role="listitem"')
-        context["body"] = _twin_link(pagename, app.config.language) + context["body"]
+        if app.config.language_switch:
+            context["body"] = (_twin_link(pagename, app.config.language)
+                               + context["body"])
 
 
 def _twin_link(pagename: str, language: str | None) -> str:
@@ -58,6 +61,7 @@ def _twin_link(pagename: str, language: str | None) -> str:
 
 
 def setup(app: Sphinx) -> dict:
+    app.add_config_value("language_switch", True, "html")
     app.connect("config-inited", _config)
     app.connect("html-page-context", _page)
     app.add_js_file("a11y.js", defer="defer")
