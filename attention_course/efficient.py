@@ -27,8 +27,9 @@ answers:
 Three measuring helpers serve the chapter: :func:`attention_flops` counts the
 arithmetic, :func:`attention_bytes` the traffic to and from memory (the two
 axes of a roofline), and :func:`peak_memory` measures the memory a call really
-needs. :func:`block_schedule` says which blocks of scores the blockwise
-computation visits.
+needs; :func:`time_round_robin` times calls that take turns, so that their
+ratios are fair on a busy machine. :func:`block_schedule` says which blocks of
+scores the blockwise computation visits.
 
 Shapes are batch-first with heads: ``(B, H, N, d)``. Masks follow the package's
 single convention: ``True`` where attention is allowed.
@@ -38,7 +39,8 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import torch
@@ -525,6 +527,45 @@ def attention_bytes(num_queries: int, num_keys: int, head_dim: int,
         elements = (query_and_output + 2 * num_keys * head_dim
                     + 4 * num_queries * num_keys)
     return elements * element_size * batch * heads
+
+
+def time_round_robin(steps: Mapping[str, Callable[[], object]],
+                     repeats: int = 5, warmup: int = 1,
+                     device: torch.device | str | None = None
+                     ) -> dict[str, list[float]]:
+    """Seconds each call of each step took, the steps taking turns:
+    ``{name: [seconds of round 1, round 2, ...]}``.
+
+    Each of ``repeats`` rounds calls every step once, in an order rotated from
+    round to round, so that a machine that speeds up or slows down (a shared
+    one) affects every step alike: the ratio of two steps' times *in the same
+    round* is a fair comparison, and its median over the rounds a robust one.
+    ``warmup`` untimed rounds come first (first calls load kernels and
+    allocate). On a CUDA ``device`` each call is synchronised.
+    """
+    _check_count("repeats", repeats, 1)
+    _check_count("warmup", warmup, 0)
+    cuda = device is not None and torch.device(device).type == "cuda"
+
+    def call(step: Callable[[], object]) -> float:
+        if cuda:
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    names = list(steps)
+    for _ in range(warmup):
+        for name in names:
+            call(steps[name])
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        shift = r % max(len(names), 1)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(call(steps[name]))
+    return times
 
 
 def _resident_kib() -> tuple[int, int]:

@@ -292,6 +292,7 @@ def plot_labelled_lines(
         raise ValueError(f"at most {len(LINE_STYLES)} series, got "
                          f"{len(series)}")
     xs = np.asarray(x, dtype=float)
+    ends = []  # (x, y, name, colour) of each line's last point
     for (name, values), style in zip(series.items(), LINE_STYLES[:len(series)],
                                      strict=True):
         ys = np.array([np.nan if v is None else v for v in values],
@@ -304,9 +305,7 @@ def plot_labelled_lines(
             continue
         ax.plot(xs[shown], ys[shown], label=name, markersize=5, **style)
         last = np.flatnonzero(shown)[-1]
-        ax.annotate(name, (xs[last], ys[last]), xytext=(6, 0),
-                    textcoords="offset points", va="center",
-                    color=style["color"], fontsize=9)
+        ends.append((xs[last], ys[last], name, style["color"]))
     if logx:
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs, [f"{v:g}" for v in xs])
@@ -315,7 +314,28 @@ def plot_labelled_lines(
            title=title or "")
     ax.grid(alpha=0.3, which="both")
     ax.margins(x=0.25)
+    _label_line_ends(ax, ends)
     return ax
+
+
+def _label_line_ends(ax: plt.Axes, ends: list[tuple]) -> None:
+    """Write each line's name beside its last point, nudging labels that end
+    at the same ``x`` apart vertically so that none covers another."""
+    ax.autoscale_view()
+    points_per_pixel = 72 / ax.figure.dpi
+    gap = 11  # points between the centres of two labels
+    placed: list[tuple[float, float]] = []  # (x, label height in points)
+    order = sorted(ends, key=lambda end: ax.transData.transform(end[:2])[1])
+    for x, y, name, colour in order:
+        height = ax.transData.transform((x, y))[1] * points_per_pixel
+        offset = 0.0
+        for other_x, other in placed:
+            if other_x == x and height + offset < other + gap:
+                offset = other + gap - height
+        placed.append((x, height + offset))
+        ax.annotate(name, (x, y), xytext=(6, offset),
+                    textcoords="offset points", va="center", color=colour,
+                    fontsize=9)
 
 
 def plot_roofline(
@@ -377,6 +397,7 @@ def show_block_schedule(
     *,
     ax: plt.Axes | None = None,
     title: str | None = None,
+    legend: bool = True,
 ) -> Figure:
     """Draw which scores a blockwise computation visits: one rectangle per
     ``(keys, rows)`` block of ``schedule``, on the ``(num_queries,
@@ -385,7 +406,8 @@ def show_block_schedule(
     Three shades: scores never computed (a skipped block), computed but
     masked (``allowed`` False there: work spent for nothing), computed and
     used. Without ``allowed`` every computed score is used. Returns the
-    figure (drawn into ``ax`` when given).
+    figure (drawn into ``ax`` when given); ``legend=False`` leaves out the
+    key to the shades (for all panels but one of a row).
     """
     computed = np.zeros((num_queries, num_keys), dtype=bool)
     for keys, rows in schedule:
@@ -413,6 +435,8 @@ def show_block_schedule(
     ax.set_ylabel("queries")
     if title:
         ax.set_title(title)
+    if not legend:
+        return ax.figure
     names = ("not computed", "computed, masked", "computed, used")
     ax.legend(handles=[Patch(facecolor=c, edgecolor="0.4", label=n)
                        for c, n in zip(colours, names, strict=True)],

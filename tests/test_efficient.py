@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from attention_course.efficient import (
     recompute_probabilities,
     sliding_window_mask,
     softmax_backward,
+    time_round_robin,
 )
 from attention_course.masking import causal_mask, scaled_dot_product_attention
 from attention_course.multihead import split_heads
@@ -473,6 +475,20 @@ def test_backward_multiplies_no_expanded_tensor():
     with RecordProducts():
         out.sum().backward()
     assert strides and all(0 not in stride for stride in strides), strides
+
+
+def test_time_round_robin_rotates_the_order_and_times_every_round():
+    calls = []
+    steps = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    times = time_round_robin(steps, repeats=4, warmup=2)
+    assert calls[:6] == list("abcabc")  # two untimed rounds
+    assert calls[6:] == list("abc" "bca" "cab" "abc")  # each round starts one later
+    assert set(times) == set("abc") and all(len(t) == 4 for t in times.values())
+    assert all(s >= 0 for t in times.values() for s in t)
+    slow = time_round_robin({"sleep": lambda: time.sleep(0.02)}, repeats=2, warmup=0)
+    assert min(slow["sleep"]) >= 0.02
+    with pytest.raises(ValueError, match="repeats must be a positive int, got 0"):
+        time_round_robin(steps, repeats=0)
 
 
 # ---------------------------------------------------------------- errors

@@ -69,3 +69,20 @@ def test_block_schedule_shades_skipped_masked_and_used_scores():
     plt.close(fig)
     with pytest.raises(ValueError, match=r"allowed has shape \(5, 5\)"):
         plotting.show_block_schedule(schedule, 6, 6, causal_mask(5))
+
+
+def test_labels_of_lines_ending_together_do_not_overlap():
+    fig, ax = plt.subplots(figsize=(5, 4))
+    plotting.plot_labelled_lines(ax, [1, 2], {"a": [1.0, 10.0], "b": [1.0, 10.2],
+                                              "c": [1.0, 10.1]}, xlabel="", ylabel="")
+    fig.canvas.draw()
+    boxes = sorted((t.get_window_extent() for t in ax.texts), key=lambda b: b.y0)
+    for lower, upper in zip(boxes, boxes[1:], strict=False):
+        assert upper.y0 >= lower.y1 - 1  # stacked, not on top of each other
+    plt.close(fig)
+
+
+def test_block_schedule_legend_can_be_left_out():
+    fig = plotting.show_block_schedule(block_schedule(4, 4, 2), 4, 4, legend=False)
+    assert fig.axes[0].get_legend() is None
+    plt.close(fig)
