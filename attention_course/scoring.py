@@ -2,39 +2,53 @@
 
 A scoring function ``a(q, k)`` says how well a key matches a query; a softmax
 then turns the scores of one query into attention weights. Every function and
-module here maps queries ``q (B, Nq, dq)`` and keys ``k (B, Nk, dk)`` to scores
-``(B, Nq, Nk)``:
+module here maps queries ``q (B, Nq, dq)`` and keys ``k (B, Nk, dk)`` to
+scores ``(B, Nq, Nk)``:
 
 - ``dot_score``: ``q . k`` (Luong et al. 2015), needs ``dq == dk``;
 - ``scaled_dot_score``: ``q . k / sqrt(d)`` (Vaswani et al. 2017);
 - ``cosine_score``: ``q . k / (|q| |k|)``, in ``[-1, 1]``;
-- ``AdditiveScore``: ``w_v^T tanh(W_q q + W_k k)`` (Bahdanau et al. 2015), any
-  ``dq, dk``;
+- ``AdditiveScore``: ``w_v^T tanh(W_q q + W_k k)`` (Bahdanau et al.
+  2015), any ``dq, dk``;
 - ``BilinearScore``: ``q^T W k``, Luong's "general" score, any ``dq, dk``;
 - ``MLPScore``: a small network on the concatenation ``[q; k]``.
 
-Hard attention picks the single best value (``hard_attention_weights``), which
-has no useful gradient; the Gumbel-softmax (Jang et al. 2017,
-Maddison et al. 2017) is a differentiable relaxation of that choice
+Hard attention picks the single best value (``hard_attention_weights``),
+which has no useful gradient. Stochastic hard attention draws one value with
+probabilities equal to the weights (``sample_hard_attention``); on average
+it gives the soft output. The Gumbel-softmax (Jang et al. 2017, Maddison et
+al. 2017) is a differentiable relaxation of that draw
 (``gumbel_softmax_weights``).
+
+To compare the scores once trained, ``make_matching_task`` builds a retrieval
+task (find the key that a query is a rotated copy of) and ``train_matching``
+trains one score on it and records validation curves.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tqdm.auto import tqdm
+
+from attention_course.training import train
 
 
-def _check_qk(q: torch.Tensor, k: torch.Tensor, same_dim: bool = True) -> None:
+def _check_qk(
+    q: torch.Tensor, k: torch.Tensor, same_dim: bool = True
+) -> None:
     """``q (B, Nq, dq)`` and ``k (B, Nk, dk)``; ``dq == dk`` when
     ``same_dim``."""
     shapes = f"q {tuple(q.shape)} and k {tuple(k.shape)}"
     if q.dim() != 3 or k.dim() != 3:
         raise ValueError(
-            f"q and k must have shapes (B, Nq, d) and (B, Nk, d); got {shapes}"
+            "q and k must have shapes (B, Nq, d) and (B, Nk, d); "
+            f"got {shapes}"
         )
     if q.shape[0] != k.shape[0]:
         raise ValueError(
@@ -74,10 +88,9 @@ def cosine_score(
     scores 0.
     """
     _check_qk(q, k)
-    return (
-        F.normalize(q, dim=-1, eps=eps)
-        @ F.normalize(k, dim=-1, eps=eps).transpose(1, 2)
-    )
+    q_unit = F.normalize(q, dim=-1, eps=eps)
+    k_unit = F.normalize(k, dim=-1, eps=eps)
+    return q_unit @ k_unit.transpose(1, 2)
 
 
 def _check_dims(module: nn.Module, q: torch.Tensor, k: torch.Tensor) -> None:
@@ -93,16 +106,25 @@ def _check_dims(module: nn.Module, q: torch.Tensor, k: torch.Tensor) -> None:
 class AdditiveScore(nn.Module):
     """Additive (Bahdanau) score ``a(q, k) = w_v^T tanh(W_q q + W_k k)``.
 
-    ``W_q`` is ``(hidden_dim, query_dim)``, ``W_k`` is ``(hidden_dim, key_dim)``
-    and ``w_v`` is ``(hidden_dim,)``, so queries and keys may have different
-    sizes. ``forward(q (B, Nq, query_dim), k (B, Nk, key_dim))`` ->
+    ``W_q`` is ``(hidden_dim, query_dim)``, ``W_k`` is
+    ``(hidden_dim, key_dim)`` and ``w_v`` is ``(hidden_dim,)``, so queries
+    and keys may have different sizes. ``bias=True`` adds a learned vector
+    ``b`` inside the ``tanh`` (as ``W_q``'s bias):
+    ``w_v^T tanh(W_q q + W_k k + b)``.
+    ``forward(q (B, Nq, query_dim), k (B, Nk, key_dim))`` ->
     ``(B, Nq, Nk)``.
     """
 
-    def __init__(self, query_dim: int, key_dim: int, hidden_dim: int) -> None:
+    def __init__(
+        self,
+        query_dim: int,
+        key_dim: int,
+        hidden_dim: int,
+        bias: bool = False,
+    ) -> None:
         super().__init__()
         self.query_dim, self.key_dim = query_dim, key_dim
-        self.W_q = nn.Linear(query_dim, hidden_dim, bias=False)
+        self.W_q = nn.Linear(query_dim, hidden_dim, bias=bias)
         self.W_k = nn.Linear(key_dim, hidden_dim, bias=False)
         self.w_v = nn.Linear(hidden_dim, 1, bias=False)
 
@@ -128,8 +150,8 @@ class BilinearScore(nn.Module):
         super().__init__()
         self.query_dim, self.key_dim = query_dim, key_dim
         self.W = nn.Parameter(torch.empty(query_dim, key_dim))
-        # Var(q^T W k) = sum_ij W_ij^2 for unit-variance q, k: start the scores
-        # at variance 1.
+        # Var(q^T W k) = sum_ij W_ij^2 for unit-variance q, k: start the
+        # scores at variance 1.
         nn.init.normal_(self.W, std=1.0 / math.sqrt(query_dim * key_dim))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -146,7 +168,9 @@ class MLPScore(nn.Module):
     ``forward(q (B, Nq, query_dim), k (B, Nk, key_dim))`` -> ``(B, Nq, Nk)``.
     """
 
-    def __init__(self, query_dim: int, key_dim: int, hidden_dim: int) -> None:
+    def __init__(
+        self, query_dim: int, key_dim: int, hidden_dim: int
+    ) -> None:
         super().__init__()
         self.query_dim, self.key_dim = query_dim, key_dim
         self.net = nn.Sequential(
@@ -169,13 +193,48 @@ class MLPScore(nn.Module):
 
 
 def hard_attention_weights(scores: torch.Tensor) -> torch.Tensor:
-    """One-hot weights on the best-scoring key of each query: ``(..., Nk)`` ->
-    ``(..., Nk)``.
+    """One-hot weights on the best-scoring key of each query:
+    ``(..., Nk)`` -> ``(..., Nk)``.
 
-    The argmax is piecewise constant in the scores, so no gradient flows back to
-    them.
+    The argmax is piecewise constant in the scores, so no gradient flows
+    back to them.
     """
-    return F.one_hot(scores.argmax(dim=-1), scores.shape[-1]).to(scores.dtype)
+    return F.one_hot(scores.argmax(dim=-1), scores.shape[-1]).to(
+        scores.dtype
+    )
+
+
+def sample_hard_attention(
+    weights: torch.Tensor,
+    values: torch.Tensor,
+    num_samples: int,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Stochastic hard attention: for each query draw one key ``J`` with
+    ``P(J = j) = weights[..., j]`` and output its value ``values[J]``.
+
+    ``weights (Nq, Nk)`` (rows sum to 1), ``values (Nk, dv)`` ->
+    ``(num_samples, Nq, dv)``: ``num_samples`` independent draws per query.
+    """
+    if weights.dim() != 2 or values.dim() != 2:
+        raise ValueError(
+            f"weights must be (Nq, Nk) and values (Nk, dv); got weights "
+            f"{tuple(weights.shape)} and values {tuple(values.shape)}"
+        )
+    if weights.shape[1] != values.shape[0]:
+        raise ValueError(
+            f"weights (Nq, Nk) and values (Nk, dv) must agree on Nk; got "
+            f"weights {tuple(weights.shape)} and values "
+            f"{tuple(values.shape)}"
+        )
+    if num_samples < 1:
+        raise ValueError(
+            f"num_samples must be at least 1, got {num_samples}"
+        )
+    drawn = torch.multinomial(
+        weights, num_samples, replacement=True, generator=generator
+    )  # (Nq, num_samples): the index of the key drawn each time
+    return values[drawn.T]
 
 
 def gumbel_softmax_weights(
@@ -187,16 +246,21 @@ def gumbel_softmax_weights(
     """Gumbel-softmax sample ``softmax((scores + g) / temperature)``,
     ``g ~ Gumbel(0, 1)``.
 
-    ``scores`` are logits ``(..., Nk)``. As the temperature goes to 0 the sample
-    becomes one-hot (hard attention on a random key, drawn with probabilities
-    ``softmax(scores)``); for any temperature > 0 it is differentiable. With
-    ``hard=True`` the forward pass returns the one-hot argmax while the gradient
-    is that of the soft sample (the straight-through estimator). ``generator``
-    makes the noise reproducible.
+    ``scores`` are logits ``(..., Nk)``. The argmax of the sample, the key it
+    leans towards most, is ``argmax(scores + g)``: drawn with probabilities
+    ``softmax(scores)`` whatever the temperature. The temperature sets only
+    how close the sample is to one-hot: as it goes to 0 the sample becomes
+    that one-hot choice (hard attention on a random key); for any temperature
+    > 0 it is differentiable. With ``hard=True`` the forward pass returns
+    the one-hot argmax while the gradient is that of the soft sample (the
+    straight-through estimator). ``generator`` makes the noise
+    reproducible.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    uniform = torch.rand(scores.shape, generator=generator, dtype=scores.dtype)
+    uniform = torch.rand(
+        scores.shape, generator=generator, dtype=scores.dtype
+    )
     uniform = uniform.to(scores.device).clamp_min(
         torch.finfo(scores.dtype).tiny
     )
@@ -205,3 +269,193 @@ def gumbel_softmax_weights(
     if not hard:
         return soft
     return hard_attention_weights(soft) - soft.detach() + soft
+
+
+# ------------------------------------------- a task to train the scores on
+
+
+def random_rotation(
+    dim: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """A random orthogonal ``(dim, dim)`` matrix (``M M^T = I``)."""
+    if dim < 1:
+        raise ValueError(f"dim must be at least 1, got {dim}")
+    gaussian = torch.randn(dim, dim, generator=generator)
+    q, r = torch.linalg.qr(gaussian)
+    # Fix the signs so that the rotation is uniformly distributed.
+    return q * torch.sign(torch.diagonal(r))
+
+
+def make_matching_task(
+    num_episodes: int,
+    num_keys: int,
+    transform: torch.Tensor,
+    noise: float = 0.3,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Episodes of a retrieval task: which key is the query a copy of?
+
+    Each episode has ``num_keys`` keys ``k_j ~ N(0, I)`` of size ``dk`` and
+    one query ``q = transform @ k_t + noise * N(0, I)`` of size ``dq``, where
+    the target ``t`` is drawn uniformly. ``transform`` is ``(dq, dk)``.
+    Returns ``q (E, 1, dq)``, ``k (E, num_keys, dk)`` and ``target (E,)``.
+    """
+    if transform.dim() != 2:
+        raise ValueError(
+            "transform must be a (dq, dk) matrix; got "
+            f"{tuple(transform.shape)}"
+        )
+    if num_episodes < 1 or num_keys < 1:
+        raise ValueError(
+            f"num_episodes and num_keys must be at least 1; got "
+            f"{num_episodes} and {num_keys}"
+        )
+    dq, dk = transform.shape
+    keys = torch.randn(num_episodes, num_keys, dk, generator=generator)
+    target = torch.randint(0, num_keys, (num_episodes,), generator=generator)
+    chosen = keys[torch.arange(num_episodes), target]  # (E, dk)
+    query = chosen @ transform.T
+    query = query + noise * torch.randn(
+        num_episodes, dq, generator=generator
+    )
+    return query[:, None], keys, target
+
+
+Score = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class MatchingRun:
+    """What :func:`train_matching` records: validation accuracy and loss at
+    each evaluated ``step`` (1-D tensors of equal length), the trained
+    ``score`` and the task's ``transform``."""
+
+    step: torch.Tensor
+    accuracy: torch.Tensor
+    loss: torch.Tensor
+    score: Score
+    transform: torch.Tensor
+
+
+def matching_loss(
+    score: Score, q: torch.Tensor, k: torch.Tensor, target: torch.Tensor
+) -> torch.Tensor:
+    """Cross-entropy of ``softmax(score(q, k))`` against the target key:
+    the attention weight on the right key should be 1. ``q (E, 1, dq)``,
+    ``k (E, Nk, dk)``, ``target (E,)`` -> a scalar."""
+    return F.cross_entropy(score(q, k)[:, 0], target)
+
+
+def train_matching(
+    score: Score,
+    transform: torch.Tensor,
+    *,
+    steps: int = 600,
+    eval_every: int = 25,
+    batch_size: int = 128,
+    lr: float = 1e-2,
+    num_keys: int = 8,
+    noise: float = 0.3,
+    num_val: int = 2000,
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+) -> MatchingRun:
+    """Train ``score`` on :func:`make_matching_task` episodes with Adam and
+    the loss of :func:`matching_loss`, fresh episodes at every step.
+
+    Every ``eval_every`` steps (and before the first) it measures, on
+    ``num_val`` validation episodes, the accuracy (the largest weight on the
+    target key) and the loss. A score without parameters (a plain function)
+    is only evaluated. The curves have ``steps // eval_every + 1`` entries.
+    ``generator`` draws the episodes
+    (validation first). Runs on one CPU thread: for models this small more
+    threads only add overhead.
+    """
+    if steps < 1 or eval_every < 1 or steps % eval_every:
+        raise ValueError(
+            "steps and eval_every must be positive, with eval_every "
+            f"dividing steps; got steps={steps}, eval_every={eval_every}"
+        )
+    g = generator if generator is not None else torch.Generator()
+    val = make_matching_task(num_val, num_keys, transform, noise, g)
+    val = tuple(t.to(device) for t in val)
+    params = []
+    if isinstance(score, nn.Module):
+        params = list(score.to(device).parameters())
+    optimizer = torch.optim.Adam(params, lr=lr) if params else None
+
+    def batches() -> Iterator[tuple[torch.Tensor, ...]]:
+        while True:
+            yield make_matching_task(
+                batch_size, num_keys, transform, noise, g
+            )
+
+    curve: dict[str, list[float]] = {"step": [], "accuracy": [], "loss": []}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for step in range(0, steps + 1, eval_every):
+            if step > 0 and optimizer is not None:
+                train(
+                    score,
+                    lambda s, b: matching_loss(s, *b),
+                    batches,
+                    max_steps=eval_every,
+                    optimizer=optimizer,
+                    device=device,
+                    progress=False,
+                )
+            with torch.no_grad():
+                scores = score(val[0], val[1])[:, 0]
+                curve["step"].append(step)
+                curve["accuracy"].append(
+                    (scores.argmax(-1) == val[2]).float().mean().item()
+                )
+                curve["loss"].append(F.cross_entropy(scores, val[2]).item())
+    finally:
+        torch.set_num_threads(threads)
+    return MatchingRun(
+        *(
+            torch.tensor(curve[name])
+            for name in ("step", "accuracy", "loss")
+        ),
+        score=score,
+        transform=transform,
+    )
+
+
+def compare_on_matching(
+    makers: dict[str, Callable[[], Score]],
+    seeds: list[int],
+    dim: int = 8,
+    **kwargs: object,
+) -> dict[str, list[MatchingRun]]:
+    """Train every score of ``makers`` (name -> a function that builds a
+    fresh one) on the matching task with each seed; a progress bar counts
+    the runs.
+
+    Seed ``s`` fixes the rotation (:func:`random_rotation` of size ``dim``),
+    the data and the score's initial parameters, so every score of one seed
+    meets the same task. ``kwargs`` go to :func:`train_matching`. Returns
+    ``{name: [run of seed 0, run of seed 1, ...]}``.
+    """
+    runs: dict[str, list[MatchingRun]] = {name: [] for name in makers}
+    with tqdm(total=len(makers) * len(seeds), desc="runs") as bar:
+        for seed in seeds:
+            g = torch.Generator().manual_seed(seed)
+            transform = random_rotation(dim, g)
+            # Initial parameters from a seed drawn here: seeding torch
+            # with ``seed`` itself would repeat the rotation's numbers.
+            init_seed = int(torch.randint(2**31, (1,), generator=g))
+            state = g.get_state()
+            for name, make in makers.items():
+                torch.manual_seed(init_seed)
+                data = torch.Generator()
+                data.set_state(state)  # the same episodes for every score
+                runs[name].append(
+                    train_matching(
+                        make(), transform, generator=data, **kwargs
+                    )
+                )
+                bar.update(1)
+    return runs

@@ -73,6 +73,14 @@ WEIGHT_MISTAKES = {
     "abs": (lambda q, k, h: torch.softmax(-(q[:, None] - k[None, :]).abs() / (2 * h**2), -1),
             "distance itself"),
     "exp only": (lambda q, k, h: torch.exp(-_d2(q, k) / (2 * h**2)), "before normalisation"),
+    # listed since the red-team pass
+    "log-softmax": (lambda q, k, h: torch.log_softmax(-_d2(q, k) / (2 * h**2), dim=-1),
+                    "logarithms of the weights"),
+    "scores without softmax": (lambda q, k, h: -_d2(q, k) / (2 * h**2), "before the softmax"),
+    "q^2 - k^2": (lambda q, k, h: torch.softmax(-(q[:, None] ** 2 - k[None, :] ** 2)
+                                                / (2 * h**2), dim=-1), "subtract the squares"),
+    "square forgotten": (lambda q, k, h: torch.softmax(-(q[:, None] - k[None, :]) / (2 * h**2),
+                                                       dim=-1), "signed difference"),
     # not listed: the framework's own diagnosis must still say what is wrong
     "keys by queries": (lambda q, k, h: torch.softmax(-_d2(k, q) / (2 * h**2), dim=-1),
                         "expected shape (3, 5), got (5, 3)"),
@@ -81,6 +89,11 @@ WEIGHT_MISTAKES = {
     "divided by the row's largest": (
         lambda q, k, h: (e := torch.exp(-_d2(q, k) / (2 * h**2))) / e.amax(-1, keepdim=True),
         "must sum to 1"),
+    "a density, not normalised": (
+        lambda q, k, h: torch.exp(-_d2(q, k) / (2 * h**2)) / (math.sqrt(2 * math.pi) * h),
+        "row 0 of the attention weights sums to 0.829"),
+    "a trailing axis": (lambda q, k, h: torch.softmax(-_d2(q, k) / (2 * h**2), -1)[..., None],
+                        "expected shape (3, 5), got (3, 5, 1)"),
     "a list": (lambda q, k, h: torch.softmax(-_d2(q, k) / (2 * h**2), -1).tolist(),
                "expected a tensor of shape (3, 5), got a list"),
 }
@@ -110,6 +123,15 @@ PREDICT_MISTAKES = {
                      "normalised over the queries instead of over the keys"),
     "divided by n": (lambda q, k, v, h: _weights(q, k, h) @ v / len(k),
                      "as many times too small as there are keys"),
+    "averages the keys": (lambda q, k, v, h: _weights(q, k, h) @ k, "average the keys"),
+    "keys and values swapped": (lambda q, k, v, h: _weights(q, v, h) @ k,
+                                "keys and values are swapped"),
+    # not listed
+    "the weights themselves": (lambda q, k, v, h: _weights(q, k, h),
+                               "expected shape (5,), got (5, 10)"),
+    "values made a column": (lambda q, k, v, h: _weights(q, k, h) @ (v if v.dim() > 1 else
+                                                                      v[:, None]),
+                             "expected shape (5,), got (5, 1)"),
     # not listed: right for numbers, wrong for vector values, where it cannot broadcast
     "elementwise": (lambda q, k, v, h: (_weights(q, k, h) * v).sum(dim=1),
                     "must match the size of tensor b (2)"),
@@ -168,6 +190,26 @@ MODULE_MISTAKES = {
              "exclude_self")], "by 2h, not by 2h squared"),
     "h^2": ([("/ (2 * bandwidth**2)\n        if exclude_self", "/ bandwidth**2\n        if "
               "exclude_self")], "the factor 2 of 2h squared is missing"),
+    "renormalised over the queries": ([(
+        "            scores = scores.masked_fill(itself, -math.inf)\n"
+        "        return torch.softmax(scores, dim=-1) @ values\n",
+        "            pass\n        weights = torch.softmax(scores, dim=-1)\n"
+        "        if exclude_self:\n            weights = weights * (1 - torch.eye(len(queries)))\n"
+        "            weights = weights / weights.sum(dim=0, keepdim=True)\n"
+        "        return weights @ values\n")], "divide by the sums over the queries"),
+    # not listed: the diagnosis of the starting bandwidth names __init__
+    "log10": ([("math.log(init_bandwidth)", "math.log10(init_bandwidth)")],
+              "before training your module's bandwidth is 0.7401, where init_bandwidth is 0.5"),
+    "log of h squared": ([("math.log(init_bandwidth)", "math.log(init_bandwidth**2)")],
+                         "__init__ must store the logarithm of init_bandwidth"),
+    "requires_grad=False": ([("nn.Parameter(torch.tensor(math.log(init_bandwidth)))",
+                              "nn.Parameter(torch.tensor(math.log(init_bandwidth)), "
+                              "requires_grad=False)")], "does not require grad"),
+    "masked with +inf": ([("masked_fill(itself, -math.inf)", "masked_fill(itself, math.inf)")],
+                         "look for a division by zero or an overflow"),
+    "renamed parameter": ([("self.log_bandwidth = nn.Parameter", "self.log_h = nn.Parameter"),
+                           (EXP, "self.log_h.exp()\n        scores")],
+                          "has no parameter or buffer named 'log_bandwidth'"),
     # not listed
     "diagonal of the weights zeroed": ([(
         "            scores = scores.masked_fill(itself, -math.inf)\n"
@@ -283,6 +325,9 @@ BANDWIDTH_MISTAKES = {
     "argmax": (lambda x, y, c: c[int(_errors(x, y, c).argmax())], "largest leave-one-out error"),
     "index": (lambda x, y, c: int(_errors(x, y, c).argmin()), "position of the best candidate"),
     "error": (lambda x, y, c: float(_errors(x, y, c).min()), "smallest leave-one-out error itself"),
+    "mean of the signed errors": (
+        lambda x, y, c: c[int(torch.stack([torch.mean(_loo(x, y, h)) for h in c]).argmin())],
+        "mean of the signed errors"),
     # not listed
     "all the errors": (lambda x, y, c: _errors(x, y, c), "expected a number, got a tensor of "
                                                          "shape (9,)"),
@@ -296,7 +341,10 @@ def test_other_right_ways_to_choose_pass(solution):
     def as_tensor(x, y, c):  # a 0-dimensional tensor counts as a number
         return torch.tensor(c)[_errors(x, y, c).argmin()]
 
-    for answer in (renormalised, as_tensor):
+    def summed(x, y, c):  # the sum of the squared errors ranks the candidates alike
+        return c[int(torch.stack([torch.sum(_loo(x, y, h) ** 2) for h in c]).argmin())]
+
+    for answer in (renormalised, as_tensor, summed):
         assert _judge(solution, "q4_bandwidth", answer).passed
 
 
@@ -344,21 +392,45 @@ def _form(scale, bias):
     return lambda keys, h: {"scale": scale(h), "bias": bias(keys, h)}
 
 
-RIGHT_SCALE, RIGHT_BIAS = (lambda h: 1 / h**2), (lambda k, h: -(k**2) / (2 * h**2))
+RIGHT_SCALE = lambda h: 1 / h**2  # noqa: E731
+RIGHT_BIAS = lambda k, h: -(k**2 / (2 * h**2)).sum(-1)  # noqa: E731
 DOT_MISTAKES = {
     "scale 1/(2h^2)": (_form(lambda h: 1 / (2 * h**2), RIGHT_BIAS), "'scale'", "half the right"),
-    "scale 1/h": (_form(lambda h: 1 / h, RIGHT_BIAS), "'scale'", "1 over h;"),
+    "scale 1/h": (_form(lambda h: 1 / h, RIGHT_BIAS), "'scale'", "1 over each bandwidth;"),
     "scale -1/h^2": (_form(lambda h: -1 / h**2, RIGHT_BIAS), "'scale'", "wrong sign"),
-    "bias +": (_form(RIGHT_SCALE, lambda k, h: k**2 / (2 * h**2)), "'bias'", "wrong sign"),
-    "bias without 1/2": (_form(RIGHT_SCALE, lambda k, h: -(k**2) / h**2), "'bias'", "twice"),
-    "bias over 2h": (_form(RIGHT_SCALE, lambda k, h: -(k**2) / (2 * h)), "'bias'", "divides by 2h"),
-    "bias of k": (_form(RIGHT_SCALE, lambda k, h: -k / (2 * h**2)), "'bias'", "the key itself"),
-    "bias without h": (_form(RIGHT_SCALE, lambda k, h: -(k**2)), "'bias'", "no bandwidth"),
+    "scale h^2": (_form(lambda h: h**2, RIGHT_BIAS), "'scale'", "grows with the bandwidth"),
+    "scale matrix": (_form(lambda h: torch.diag(1 / h**2), RIGHT_BIAS), "'scale'",
+                     "whole diagonal matrix"),
+    "bias +": (_form(RIGHT_SCALE, lambda k, h: (k**2 / (2 * h**2)).sum(-1)), "'bias'",
+               "wrong sign"),
+    "bias without 1/2": (_form(RIGHT_SCALE, lambda k, h: -((k / h) ** 2).sum(-1)), "'bias'",
+                         "twice"),
+    "bias over 2h": (_form(RIGHT_SCALE, lambda k, h: -(k**2 / (2 * h)).sum(-1)), "'bias'",
+                     "by 2 h_f:"),
+    "bias over (2h)^2": (_form(RIGHT_SCALE, lambda k, h: -((k / (2 * h)) ** 2).sum(-1)),
+                         "'bias'", "4 h_f squared"),
+    "bias of k": (_form(RIGHT_SCALE, lambda k, h: -(k / (2 * h**2)).sum(-1)), "'bias'",
+                  "features themselves"),
+    "bias without h": (_form(RIGHT_SCALE, lambda k, h: -0.5 * (k**2).sum(-1)), "'bias'",
+                       "with no bandwidth"),
+    "bias over summed h^2": (_form(RIGHT_SCALE, lambda k, h: -(k**2).sum(-1) / (2 * (h**2).sum())),
+                             "'bias'", "one sum of the squared bandwidths"),
+    "bias over mean h^2": (_form(RIGHT_SCALE,
+                                 lambda k, h: -(k**2).sum(-1) / (2 * (h**2).mean())),
+                           "'bias'", "one average squared bandwidth"),
+    "bias averaged": (_form(RIGHT_SCALE, lambda k, h: -(k**2 / (2 * h**2)).mean(-1)), "'bias'",
+                      "averages the features' terms"),
+    "bias per feature": (_form(RIGHT_SCALE, lambda k, h: -(k**2 / (2 * h**2))), "'bias'",
+                         "one entry per key and feature"),
+    "bias over the keys": (_form(RIGHT_SCALE, lambda k, h: -(k**2 / (2 * h**2)).sum(0)),
+                           "'bias'", "summed over the keys"),
     # not listed
-    "scale per key": (_form(lambda h: torch.full((5,), 1 / h**2), RIGHT_BIAS), "'scale'",
-                      "expected a number, got a tensor of shape (5,)"),
-    "bias with the query's term": (_form(RIGHT_SCALE, lambda k, h: -(k**2 + 1) / (2 * h**2)),
-                                   "'bias'", "values differ"),
+    "one scale for all": (_form(lambda h: float(1 / (h**2).mean()), RIGHT_BIAS), "'scale'",
+                          "expected a tensor of shape (3,), got a float"),
+    "scale as a list": (_form(lambda h: (1 / h**2).tolist(), RIGHT_BIAS), "'scale'",
+                        "expected a tensor of shape (3,), got a list of length 3"),
+    "bias over the product": (_form(RIGHT_SCALE, lambda k, h: -(k**2).sum(-1) / (2 * h.prod()**2)),
+                              "'bias'", "values differ"),
 }
 
 
@@ -367,21 +439,47 @@ def test_derivation_mistakes_cost_their_part_and_are_named(solution, name):
     answer, part, words = DOT_MISTAKES[name]
     result = _judge(solution, "q6_dot_product", answer)
     assert result.points == 1 and result.line().startswith("[PART]")
-    _lost(result, f"{part} in held-back case 1", words)
+    _lost(result, f"{part} in case 1 (4 keys in 3 dimensions", words)
+
+
+def test_the_one_bandwidth_answer_of_the_chapter_fails(solution):
+    """Section 1.8's answer with one squared bandwidth, the mean of the h_f squared: both
+    parts wrong."""
+    def chapter(keys, h):
+        squared = (h**2).mean()
+        return {"scale": 1 / squared, "bias": -(keys**2).sum(-1) / (2 * squared)}
+
+    result = _judge(solution, "q6_dot_product", chapter)
+    assert result.points == 0
+    _lost(result, "'scale' in case 1", "expected shape (3,), got ()", "one average squared")
+
+
+def test_derivation_fitted_to_the_visible_cases_fails_a_held_back_one(solution):
+    def fitted(keys, h):
+        right = {"scale": RIGHT_SCALE(h), "bias": RIGHT_BIAS(keys, h)}
+        return right if keys.shape[1] < 4 else {"scale": h * 0 + 1, "bias": keys.sum(-1)}
+
+    result = _judge(solution, "q6_dot_product", fitted)
+    _lost(result, "held-back case 3 (the check does not show its inputs)")
 
 
 def test_a_tuple_is_not_the_dict_asked_for(solution):
-    result = _judge(solution, "q6_dot_product", lambda k, h: (1 / h**2, -(k**2) / (2 * h**2)))
+    result = _judge(solution, "q6_dot_product", lambda k, h: (RIGHT_SCALE(h), RIGHT_BIAS(k, h)))
     _lost(result, "return a dict with the keys 'scale', 'bias' (got tuple)")
     assert result.points == 0
 
 
-def test_a_scale_given_as_a_tensor_passes(solution):
-    def form(keys, h):
-        h = torch.tensor(h)
-        return {"scale": 1 / h**2, "bias": -keys * keys / (2 * h * h)}
+def test_other_right_derivations_pass(solution):
+    def through_a_matrix(keys, h):  # H^-1 as a matrix, the bias as a quadratic form
+        inverse = torch.diag(1 / h**2)
+        return {"scale": torch.diagonal(inverse),
+                "bias": -0.5 * torch.einsum("jf,fg,jg->j", keys, inverse, keys)}
 
-    assert _judge(solution, "q6_dot_product", form).passed
+    def rescaled(keys, h):  # divide every feature by its bandwidth: one bandwidth of 1
+        return {"scale": (1 / h) * (1 / h), "bias": -(keys / h).pow(2).sum(-1) / 2}
+
+    for answer in (through_a_matrix, rescaled):
+        assert _judge(solution, "q6_dot_product", answer).passed
 
 
 # --------------------------------------------------------------------------- the spec
@@ -425,3 +523,16 @@ def test_the_grader_names_the_mistakes_too(tmp_path):
     assert "does not require grad" in by_id["q3_module"].message
     assert "the held-out error rises" in by_id["q5_narrow"].message
     assert record.notebook_errors == []
+
+
+def test_a_zero_bias_loses_its_part_with_a_message(solution):
+    """A typical slip: "the key's terms cancel like the query's, so the bias is 0". It must
+    cost the bias part only (the comparison once divided by the zero answer)."""
+    from attention_course.grading.checking import prepare
+    from attention_course.grading.results import evaluate
+
+    question = get_exercise(EX).question("q6_dot_product")
+    p = prepare(EX)[question.id]
+    answers = [{"scale": e["scale"], "bias": torch.zeros_like(e["bias"])} for e in p.expected]
+    result = evaluate(question, p.cases, p.expected, answers, p.wrong)
+    assert result.points == 1 and "'bias'" in result.message

@@ -111,6 +111,11 @@ class _TanhEach(_Additive):
         return self.w_v(pairs).squeeze(-1)
 
 
+class _NoReadout(_Additive):
+    def forward(self, q, k):
+        return torch.tanh(self.pairs(q, k)).sum(-1)
+
+
 LISTED = [
     # q1: the scale, the axes, scores vs weights
     ("q1_scaled_dot", _dot, "sqrt(d) times too large"),
@@ -146,6 +151,10 @@ LISTED = [
     ("q2_cosine_debug", lambda q, k: _dot(F.normalize(q, dim=-1), k), "key lengths are missing"),
     ("q2_cosine_debug", _dot, "plain dot products"),
     ("q2_cosine_debug", lambda q, k: 1 - _cosine(q, k), "distance"),
+    ("q2_cosine_debug", lambda q, k: _dot(q / q.norm(), k / k.norm()),
+     "one length for the whole tensor"),
+    ("q2_cosine_debug", lambda q, k: F.cosine_similarity(q, k, dim=-1),
+     "one cosine per position"),
     # q3 and q7: every wrong choice of every part has its own message (see also below)
     ("q3_predict_long_keys",
      lambda: {"finds_aligned_key": "dot", "same_winner_as_dot": "scaled dot"},
@@ -166,11 +175,19 @@ LISTED = [
      "largest attention weight"),
     ("q4_hit_rates", _rates(lambda s, t: (s.max(-1).values == t).float().mean()),
      "rather than the position"),
+    ("q4_hit_rates", lambda q, k, t: {**_rates(lambda s, t: (s.argmax(-1) == t).float().mean())(
+        q, k, t), "cosine": (_scaled(q, k).argmax(-1) == t).float().mean()},
+     "the dot product's"),
+    ("q4_hit_rates", _rates(lambda s, t: (s.argmax(-1) == t).sum() / len(t)),
+     "by the batch size only"),
+    ("q4_hit_rates", _rates(lambda s, t: (s[0].argmax(-1) == t[0]).float().mean()),
+     "first batch element only"),
     # q5: the additive score
     ("q5_additive", _NoTanh, "there is no tanh"),
     ("q5_additive", _Swapped, "transposed"),
     ("q5_additive", _SqueezeAll, "removed every axis of size 1"),
     ("q5_additive", _TanhEach, "on its own"),
+    ("q5_additive", _NoReadout, "w_v reads it out"),
     # q6: the derivation
     ("q6_variance", lambda d, sq, sk: {"variance": d * sq * sk, "divisor": math.sqrt(d * sq * sk)},
      "standard deviations where their squares belong"),
@@ -182,6 +199,11 @@ LISTED = [
     ("q6_variance", lambda d, sq, sk: {"variance": d * (sq * sk) ** 2,
                                        "divisor": 1 / (math.sqrt(d) * sq * sk)},
      "factor to multiply by"),
+    ("q6_variance", lambda d, sq, sk: {"variance": d * (sq * sk) ** 2, "divisor": d * sq * sk},
+     "multiplies d itself"),
+    ("q6_variance", lambda d, sq, sk: {"variance": d * (sq * sk) ** 2,
+                                       "divisor": math.sqrt(d) * sq**2 * sk**2},
+     "multiplies sqrt(d) by the two variances"),
     # q8: the mean and the variance of a draw
     ("q8_hard_moments", _moments(lambda s: F.one_hot(s.argmax(-1), s.shape[-1]).float(),
                                  lambda w, v, m: torch.zeros_like(m)),
@@ -247,6 +269,26 @@ class _Transposed(nn.Module):
         self.W_q = nn.Linear(hidden_dim, query_dim, bias=False)
 
 
+class _NoSuper(nn.Module):
+    def __init__(self, query_dim, key_dim, hidden_dim):
+        self.W_q = nn.Linear(query_dim, hidden_dim, bias=False)
+
+
+class _LayersSwapped(_Additive):
+    def pairs(self, q, k):
+        return self.W_k(q).unsqueeze(2) + self.W_q(k).unsqueeze(1)
+
+
+class _NotSqueezed(_Additive):
+    def forward(self, q, k):
+        return self.w_v(torch.tanh(self.pairs(q, k)))
+
+
+def _in_place(q, k):
+    q /= math.sqrt(q.shape[-1])
+    return _dot(q, k)
+
+
 def _rebuilt(q, k):
     """Every score taken out as a Python number and put back: no gradient."""
     def score(b, i, j):
@@ -281,6 +323,14 @@ NOT_LISTED = [
     ("q5_additive", _ReadoutBias, "do your layers have biases?"),
     ("q5_additive", _OverHidden, "2.828 times too small"),
     ("q5_additive", _OtherNames, "has no parameter or buffer named 'W_q.weight'"),
+    ("q5_additive", _NoSuper, "cannot assign module before Module.__init__() call"),
+    ("q5_additive", _LayersSwapped, "mat1 and mat2 shapes cannot be multiplied"),
+    ("q5_additive", _NotSqueezed, "expected shape (2, 3, 5), got (2, 3, 5, 1)"),
+    ("q1_scaled_dot", lambda q, k: _dot(q, k) / math.log(q.shape[-1]), "1.443 times too large"),
+    ("q1_scaled_dot", _in_place, "a leaf Variable that requires grad is being used in an "
+                                 "in-place operation"),
+    ("q8_hard_moments", lambda s, v: {"mean": _softmax(s) @ v, "variance": (
+        _softmax(s) @ v**2 - (_softmax(s) @ v) ** 2).sum(-1)}, "expected shape (2, 1), got (2,)"),
     ("q5_additive", _Transposed, "but the exercise asks for shape (8, 4)"),
     ("q8_hard_moments", _moments(_softmax, lambda w, v, m: (w @ v**2 - m**2)[:, :1]),
      "expected shape (3, 2), got (3, 1)"),

@@ -116,6 +116,9 @@ UNLISTED_SOFTMAX_BODIES = {
         ["does not carry gradients"]),
     "detached": (lambda s, a: torch.softmax(s.masked_fill(~a, -1e9), -1).detach(),
                  ["does not carry gradients"]),
+    # a log-softmax: negative numbers where the masked keys must be 0
+    "log_weights": (lambda s, a: torch.log_softmax(s.masked_fill(~a, -1e9), -1),
+                    ["belongs to a masked key"]),
 }
 
 
@@ -174,6 +177,13 @@ UNLISTED_PADDING = {
                    ["shape", "swapped"]),
     "left_from_length_minus_one": (_padding(_right, lambda p, lens, n: p >= lens - 1),
                                    ["row 1", "should be True at positions 4"]),
+    # the right-padded mask flipped along the batch instead of the positions
+    "flipped_over_the_batch": (lambda vl, n, side="right": (
+        torch.arange(n) < vl[:, None]).flip(0 if side == "left" else ()),
+        ["row 0", "should be True at positions 2 to 4; yours is True at 0 to 4"]),
+    # left as the default side
+    "left_by_default": (lambda vl, n, side="left": _padding(_right, _left)(vl, n, side),
+                        ["side 'right'", "should be True at positions 0 to 2"]),
 }
 
 
@@ -229,6 +239,9 @@ UNLISTED_ATTENTION = {
     # the fill at the allowed positions
     "mask_inverted": (_attention(_sqrt_d, lambda s, m: torch.nan_to_num(torch.softmax(
         s.masked_fill(m, MINUS_INF), -1))), ["go to the masked keys"]),
+    # the masked weights zeroed after a plain softmax: rows no longer sum to 1
+    "zeroed_not_renormalised": (_attention(_sqrt_d, lambda s, m: torch.softmax(s, -1) * m),
+                                ["sums to 0.601", "must sum to 1"]),
 }
 
 
@@ -294,6 +307,12 @@ UNLISTED_CACHED = {
     "new_block_only": (lambda n, nk: torch.cat([torch.zeros(n, nk - n, dtype=torch.bool),
                                                 torch.ones(n, n, dtype=torch.bool).tril()], 1),
                        ["query 0", "should be True at keys 0 to 2"]),
+    # the keys in reverse order
+    "keys_flipped": (lambda n, nk: torch.ones(n, nk, dtype=torch.bool).tril(nk - n).flip(-1),
+                     ["query 0", "should be True at keys 0 to 2; yours is True at 2 to 4"]),
+    # an offset of n (the number of new tokens) instead of num_keys - n
+    "offset_n": (lambda n, nk: torch.ones(n, nk, dtype=torch.bool).tril(n),
+                 ["right after its own position"]),
 }
 
 
@@ -414,6 +433,16 @@ ONE_LINE_EDITS = [
     ("q6_count_allowed", "+ (n - L) * L  #", "+ (n - L) * (L + 1)  #", ["own position"]),
     ("q6_count_allowed", "empty_rows_left += n - L  #", "empty_rows_left += L  #",
      ["counted the real queries"]),
+    # listed since the red-team pass
+    ("q2_padding_mask", "positions = torch.arange(max_len)",
+     "positions = torch.arange(int(valid_lens.max()))", ["as wide as the longest valid length"]),
+    ("q3_fix_attention", "math.sqrt(query.shape[-1])  # bug 2", "math.sqrt(key.shape[-2])  #",
+     ["square root of the number of keys"]),
+    ("q6_count_allowed", "pairs_right += L * (L + 1) // 2 +", "pairs_right += L * L // 2 +",
+     ["half of L squared"]),
+    ("q6_count_allowed", "pairs_left += L * (L + 1) // 2  #",
+     "pairs_left += L * (L + 1) // 2 + (n - L) * (n - L + 1) // 2  #",
+     ["see the padding before it"]),
 ]
 
 

@@ -54,7 +54,8 @@ def assert_named(result, *phrases: str, points: int = 0) -> None:
 def student_step(states, t, enc_outputs, src_embeddings, src_valid_lens, W_q, W_k, w_v, *,
                  query="previous", keys="enc", values="enc", mask="<", mask_when="before",
                  softmax_dim=1, score="additive", fill=-1e9, keep_3d=False, swap=False,
-                 detach=False, broadcast=False, mean=False, projections="right"):
+                 detach=False, broadcast=False, mean=False, projections="right",
+                 context_3d=False):
     """One attention step written as a learner might: einsum, bmm, a -1e9 fill."""
     index = {"previous": t - 1, "current": t, "last": -1, "first": 0}[query]
     s = states[:, index]
@@ -64,7 +65,8 @@ def student_step(states, t, enc_outputs, src_embeddings, src_valid_lens, W_q, W_
         W_q, W_k = W_q.T, W_k.T
     k = enc_outputs if keys == "enc" else src_embeddings
     v = enc_outputs if values == "enc" else src_embeddings
-    hidden = torch.einsum("hd,bd->bh", W_q, s)[:, None, :] + torch.einsum("he,bse->bsh", W_k, k)
+    projected = s if projections == "query_unprojected" else torch.einsum("hd,bd->bh", W_q, s)
+    hidden = projected[:, None, :] + torch.einsum("he,bse->bsh", W_k, k)
     if score == "additive":
         e = torch.einsum("bsh,h->bs", torch.tanh(hidden), w_v)
     elif score == "relu":
@@ -77,6 +79,8 @@ def student_step(states, t, enc_outputs, src_embeddings, src_valid_lens, W_q, W_
         e = torch.tanh(torch.einsum("bsh,h->bs", hidden, w_v))
     elif score == "scaled":
         e = torch.einsum("bsh,h->bs", torch.tanh(hidden), w_v) / math.sqrt(W_q.shape[0])
+    elif score == "dot":
+        e = torch.einsum("bsh,bh->bs", k, s)
     elif score == "scaled_enc":
         e = torch.einsum("bsh,h->bs", torch.tanh(hidden), w_v) / enc_outputs.shape[-1] ** 0.5
     else:
@@ -96,6 +100,8 @@ def student_step(states, t, enc_outputs, src_embeddings, src_valid_lens, W_q, W_
     if mask_when == "after":
         w = w * valid
     c = torch.matmul(w, v) if broadcast else torch.bmm(w.unsqueeze(1), v).squeeze(1)
+    if context_3d:  # the squeeze forgotten
+        c = c.unsqueeze(1)
     if mean:
         c = c / e.shape[1]
     if detach:
@@ -137,6 +143,9 @@ def test_a_differently_written_correct_step_passes():
     ({"score": "scaled_enc"}, ["square root of a size"]),
     ({"mean": True}, ["weighted sum, not a mean"]),
     ({"swap": True}, ["weights first and the context second"]),
+    ({"score": "dot"}, ["dot products of the query with the encoder states"]),
+    ({"projections": "query_unprojected"}, ["without its projection W_q"]),
+    ({"context_3d": True}, ["context has shape (B, 1, H_enc)"]),
 ])
 def test_attention_step_mistakes_are_named(change, phrases):
     assert_named(judge("q1_step", variant(**change)), *phrases)
@@ -328,11 +337,12 @@ def test_score_count_unlisted_mistake_shows_the_numbers():
 
 # =========================================================================== question 6
 def student_leak(states, t, enc_outputs, src_embeddings, W_q, W_k, w_v, num_pads, *,
-                 masked_len="real", shrink="ratio", step=None):
+                 masked_len="real", shrink="ratio", step=None, before=False):
     step = step or student_step
     length, width = enc_outputs.shape[1], enc_outputs.shape[2]
-    enc = torch.nn.functional.pad(enc_outputs, (0, 0, 0, num_pads))
-    emb = torch.nn.functional.pad(src_embeddings, (0, 0, 0, num_pads))
+    where = (0, 0, num_pads, 0) if before else (0, 0, 0, num_pads)
+    enc = torch.nn.functional.pad(enc_outputs, where)
+    emb = torch.nn.functional.pad(src_embeddings, where)
     alone, _ = step(states, t, enc_outputs, src_embeddings, torch.tensor([length]),
                     W_q, W_k, w_v)
     real = length if masked_len == "real" else length + num_pads
@@ -344,7 +354,8 @@ def student_leak(states, t, enc_outputs, src_embeddings, W_q, W_k, w_v, num_pads
              "inverted": alone.norm() / unmasked.norm(),
              "difference": alone.norm() - unmasked.norm(),
              "relative": (unmasked - alone).norm() / alone.norm(),
-             "squared": unmasked.norm() ** 2 / alone.norm() ** 2}[shrink]
+             "squared": unmasked.norm() ** 2 / alone.norm() ** 2,
+             "masked": masked.norm() / alone.norm()}[shrink]
     assert width == enc.shape[2]
     return {"masked_change": (masked - alone).abs().max(), "shrink": ratio}
 
@@ -364,6 +375,8 @@ def test_padding_leak_passes_also_from_the_weights():
     ({"shrink": "difference"}, 1, ["difference of norms"]),
     ({"shrink": "relative"}, 1, ["relative change"]),
     ({"shrink": "squared"}, 1, ["squared norms"]),
+    ({"shrink": "masked"}, 1, ["compares the masked context with the alone one"]),
+    ({"before": True}, 1, ["the padding went before the sentence"]),
 ])
 def test_padding_leak_mistakes_are_named(change, points, phrases):
     assert_named(judge("q6_padding_measure", leak(**change)), *phrases, points=points)
@@ -376,16 +389,18 @@ def test_padding_leak_says_when_question_1_is_what_fails():
 
 
 # =========================================================================== question 7
-def student_bleu(k, m, r, c, *, clip="min", bp="exp", short_zero=True, over="k", shortest=4):
+def student_bleu(k, m, r, c, *, clip="min", bp="exp", short_zero=True, over="k", shortest=4,
+                 root=1.0):
     def penalty(length):
         ratio = r / length
         return {"exp": 1.0 if length > r else math.exp(1 - ratio), "none": 1.0,
                 "linear": min(1.0, length / r),
                 "inverted": min(1.0, math.exp(1 - length / r)),
-                "uncapped": math.exp(1 - ratio)}[bp]
+                "uncapped": math.exp(1 - ratio),
+                "no_exp": 1.0 if length > r else 1 - ratio}[bp]
 
     matches = {"min": min(k, m), "none": k, "m": m, "r": min(k, r)}[clip]
-    repeated = penalty(k) * matches / (k if over == "k" else r)
+    repeated = penalty(k) * (matches / (k if over == "k" else r)) ** root
     prefix = penalty(c) if (c >= shortest or not short_zero) else 0.0
     return {"repeated": repeated, "prefix": prefix}
 
@@ -417,6 +432,8 @@ def test_bleu_reference_agrees_with_corpus_bleu():
     ({"short_zero": False}, 1, ["no 4-gram at all"]),
     ({"shortest": 5}, 1, ["exactly 4 words has one 4-gram"]),
     ({"over": "r"}, 1, ["divides by the reference's length"]),
+    ({"bp": "no_exp"}, 0, ["the exponent 1 - r/c itself"]),
+    ({"root": 0.25}, 1, ["fourth root of the unigram precision"]),
 ])
 def test_bleu_mistakes_are_named(change, points, phrases):
     assert_named(judge("q7_bleu", bleu(**change)), *phrases, points=points)

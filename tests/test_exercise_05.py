@@ -234,7 +234,33 @@ UNLISTED_MHA = [
     ("output and weights swapped",
      lambda self, q, k, v, attn_mask=None: self.attend(q, k, v, attn_mask)[::-1],
      ["expected shape (2, 5, 8)"]),
+    ("a dropout on the weights, active in training mode",
+     lambda self, q, k, v, attn_mask=None: _with_dropout(self, q, k, v, attn_mask),
+     ["is a dropout active?"]),
+    ("the mask applied after the softmax",
+     lambda self, q, k, v, attn_mask=None: self.attend(q, k, v, None) if attn_mask is None
+     else _masked_after(self, q, k, v, attn_mask), ["does not sum to 1"]),
+    ("values not projected",
+     lambda self, q, k, v, attn_mask=None: _values_unprojected(self, q, k, v, attn_mask),
+     ["attention weights are right but the output is not"]),
 ]
+
+
+def _with_dropout(self, q, k, v, attn_mask):
+    _, weights = self.attend(q, k, v, attn_mask)
+    weights = nn.functional.dropout(weights, 0.2, training=True)
+    return self.out_proj(spec._merge(weights @ self.heads(q, k, v)[2])), weights
+
+
+def _masked_after(self, q, k, v, attn_mask):
+    _, weights = self.attend(q, k, v, None)
+    weights = weights * attn_mask
+    return self.out_proj(spec._merge(weights @ self.heads(q, k, v)[2])), weights
+
+
+def _values_unprojected(self, q, k, v, attn_mask):
+    _, weights = self.attend(q, k, v, attn_mask)
+    return self.out_proj(spec._merge(weights @ spec._split(v, self.num_heads))), weights
 
 
 @pytest.mark.parametrize(("forward", "phrases"), [(f, p) for _, f, p in UNLISTED_MHA],
@@ -386,6 +412,10 @@ def _gqa(**change):
      2),
     (_gqa(kv_head=lambda d, h, g, k: torch.arange(h) // g), ["divide it by the size of a group"],
      2),
+    (_gqa(parameters=lambda d, h, g, k: 2 * (d * d + d) + 2 * (d * d // g + d // g),
+          cache_per_token=lambda d, h, g, k: 2 * d // g),
+     ["your key and value heads are embed_dim / num_kv_heads wide"], 1),
+    (_gqa(cache_per_token=lambda d, h, g, k: 2 * g * k + d), ["also cached the query"], 2),
     (_gqa(parameters=lambda d, h, g, k: 4 * d * d + 4 * d,
           kv_head=lambda d, h, g, k: torch.arange(h) % g),
      ["full-width key and value", "hand the query heads out in turn"], 1),

@@ -114,6 +114,8 @@ LISTED = [
      [(EMBED_SCALE, "x = embedding[ids] / math.sqrt(embedding.shape[1])")]),
     ("q3_embed_tokens", "no_scale", [(EMBED_SCALE, "x = embedding[ids]")]),
     ("q3_embed_tokens", "times_d", [(EMBED_SCALE, "x = embedding[ids] * embedding.shape[1]")]),
+    ("q3_embed_tokens", "vocabulary_size",
+     [(EMBED_SCALE, "x = embedding[ids] * math.sqrt(embedding.shape[0])")]),
     ("q3_embed_tokens", "table_by_token_id", [(EMBED_TABLE, "return x + pe_table[ids]")]),
     ("q3_embed_tokens", "no_table", [(EMBED_TABLE, "return x")]),
     ("q3_embed_tokens", "table_scaled_too",
@@ -345,11 +347,29 @@ def test_unlisted_attention_weights_instead_of_output_say_what_raised():
     assert result.status == "error" and "TypeError" in result.message
 
 
-def test_unlisted_scale_by_vocabulary_size_says_where_values_differ():
-    result = feedback("q3_embed_tokens",
-                      (EMBED_SCALE, "x = embedding[ids] * math.sqrt(embedding.shape[0])"))
+def test_unlisted_table_from_its_last_rows_says_where_values_differ():
+    result = feedback("q3_embed_tokens", (EMBED_TABLE, "return x + pe_table[-ids.shape[1]:]"))
     assert result.points == 0 and "values differ; at index" in result.message
     assert "scale of the table" in result.hint
+
+
+def test_unlisted_half_fix_keeping_the_unsqueeze_says_what_raised():
+    result = feedback("q3_embed_tokens",
+                      (EMBED_TABLE, "return x + pe_table[: ids.shape[1]].unsqueeze(1)"))
+    assert result.points == 0 and "must match the size of tensor b" in result.message
+
+
+def test_unlisted_padded_queries_masked_too_are_named():
+    result = feedback("q4_decoder_mask",
+                      (MASK_RETURN, "return real_keys & causal & (tgt_ids != pad_id)[:, None, "
+                                    ":, None]"))
+    assert result.points == 0 and "rows of the padded positions are all False" in result.message
+
+
+def test_unlisted_precedence_in_the_frequency_divides_by_zero():
+    result = feedback("q1_positional_encoding",
+                      (PE_ANGLE, "angle = position / (10000 ** 2 * two_i / d_model)"))
+    assert result.points == 0 and "look for a division by zero" in result.message
 
 
 def test_unlisted_wrong_layer_makes_the_experiment_say_so():

@@ -105,6 +105,8 @@ class SE(nn.Module):
             s = torch.softmax(scores, dim=1)
         elif v == "tanh":
             s = torch.tanh(scores)
+        elif v == "hardsigmoid":
+            s = F.hardsigmoid(scores)
         else:
             s = torch.sigmoid(scores)
         weights = s.view(s.shape[0], s.shape[1], 1, 1)
@@ -199,6 +201,10 @@ def right_spatial(c, r, k):
     (counts(right_se, right_se, lambda c, r, k: k * k + 1), 2, ["two stacked maps"]),
     (counts(lambda c, r, k: c * max(1, c // r), right_se, right_spatial), 2,
      ["one layer of the MLP"]),
+    (counts(lambda c, r, k: 2 * c * c, lambda c, r, k: 2 * c * c, right_spatial), 1,
+     ["keeps all C channels in its hidden layer"]),
+    (counts(right_se, right_se, lambda c, r, k: 2 * k + 1), 2,
+     ["k weights for each input map"]),
 ])
 def test_parameter_count_mistakes(answer, points, words):
     assert_named(feedback("q3_parameter_counts", answer), *words, points=points)
@@ -419,7 +425,13 @@ def test_experiment_builds_on_the_debugged_cbam():
 def test_mistakes_not_in_the_list_still_get_useful_feedback():
     # SE with biases in its layers: the grader loads only the weights
     result = feedback("q2_se_block", se_with("bias"))
-    assert_named(result, "the layers have no biases")
+    assert_named(result, "do your layers have biases?")
+    # SE with a hard sigmoid: in (0, 1), no biases to fit, not SE's
+    assert_named(feedback("q2_se_block", se_with("hardsigmoid")), "they are not SE's")
+    # a spatial map whose sigmoid comes before the convolution
+    assert_named(feedback("q4_spatial_map", lambda x, w, b: F.conv2d(torch.sigmoid(torch.cat(
+        [x.mean(1, keepdim=True), x.amax(1, keepdim=True)], 1)), w, b,
+        padding=w.shape[-1] // 2)), "outside (0, 1)")
     # SE with tanh: weights outside (0, 1)
     assert_named(feedback("q2_se_block", se_with("tanh")), "outside (0, 1)", "sigmoid")
     # SE whose weights are one minus the right ones: consistent, in (0, 1), but not SE's

@@ -328,6 +328,10 @@ def test_a_derived_number_or_a_prediction_is_never_given_away():
     assert "'cosine' is not the right answer" in r.message and "dot" not in r.message
     r = _judge(SCALED, lambda q, k: _scaled(q, k) * 5)  # implement: an entry may be shown
     assert "expected" in r.message
+    negative = Question(id="q7", symbol="bias", points=1, kind="derive",
+                        reference=lambda: -0.5, cases=lambda: [Case()])
+    r = _judge(negative, lambda: 0.0)  # a zero answer to a negative number
+    assert r.points == 0 and "got 0, which is not the answer" in r.message
 
 
 def test_a_mistake_that_changes_nothing_on_a_case_is_not_named_there():

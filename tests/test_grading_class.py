@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from attention_course.cli import main
 from attention_course.grading import get_exercise
@@ -177,5 +178,7 @@ def test_bad_command_lines(klass, capsys):
     assert _grade(klass, "--shard", "x") == 2
     assert _grade(klass, "--student-from", "nowhere") == 2
     assert main(["grade", str(klass), "--jobs", "0"]) == 2
+    if not torch.cuda.is_available():
+        assert _grade(klass, "--device", "cuda") == 2
     assert main(["merge", str(klass / "missing"), "--out", str(klass / "m")]) == 2
     assert capsys.readouterr().err.count("\n") >= 5

@@ -16,9 +16,13 @@ from attention_course.kernel_regression import (
     attention_weights,
     average_pooling,
     choose_bandwidth,
+    gaussian_score_parts,
+    gaussian_scores,
     kernel_scores,
+    learn_bandwidth,
     leave_one_out_mse,
     nadaraya_watson,
+    pooling_predictions,
     scaled_distances,
     squared_distances,
 )
@@ -314,6 +318,94 @@ def test_training_lowers_the_loss_and_the_held_out_error():
     assert model.log_bandwidth.grad is not None
 
 
+# --- the Gaussian score as a dot product plus biases --------------------------------------
+
+
+@pytest.mark.parametrize("d", [1, 3, 16])
+def test_gaussian_score_parts_add_up_to_the_score(d):
+    g = torch.Generator().manual_seed(d)
+    queries = torch.randn(5, d, generator=g, dtype=torch.float64)
+    keys = torch.randn(7, d, generator=g, dtype=torch.float64)
+    h = 0.7
+    parts = gaussian_score_parts(queries, keys, h)
+    assert parts.dot.shape == (5, 7)
+    assert parts.key_bias.shape == (7,) and parts.query_term.shape == (5,)
+    expected = -((queries[:, None] - keys[None]) ** 2).sum(-1) / (2 * h**2)
+    torch.testing.assert_close(gaussian_scores(queries, keys, h), expected)
+    total = parts.dot + parts.key_bias[None, :] + parts.query_term[:, None]
+    torch.testing.assert_close(total, expected)
+    torch.testing.assert_close(parts.dot, queries @ keys.T / h**2)
+
+
+def test_softmax_of_dot_plus_key_bias_is_the_gaussian_weights(points):
+    queries, keys, _ = points
+    parts = gaussian_score_parts(queries, keys, 0.8)
+    weights = torch.softmax(parts.dot + parts.key_bias, dim=-1)
+    torch.testing.assert_close(weights, attention_weights(queries, keys, 0.8))
+    # without the key bias it is a different attention (keys differ in norm)
+    assert not torch.allclose(torch.softmax(parts.dot, dim=-1), weights, atol=1e-3)
+
+
+def test_keys_of_equal_norm_make_gaussian_attention_pure_dot_product():
+    g = torch.Generator().manual_seed(2)
+    keys = torch.nn.functional.normalize(torch.randn(9, 4, generator=g), dim=-1)
+    queries = torch.randn(3, 4, generator=g)
+    parts = gaussian_score_parts(queries, keys, 1.5)
+    torch.testing.assert_close(parts.key_bias, torch.full((9,), -0.5 / 1.5**2))
+    torch.testing.assert_close(torch.softmax(queries @ keys.T / 1.5**2, dim=-1),
+                               attention_weights(queries, keys, 1.5))
+
+
+def test_gaussian_score_parts_check_their_inputs():
+    with pytest.raises(ValueError, match="bandwidth"):
+        gaussian_score_parts(torch.zeros(2), torch.zeros(3), 0.0)
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(4, 2\)"):
+        gaussian_score_parts(torch.zeros(2, 3), torch.zeros(4, 2))
+
+
+# --- learning the bandwidth and comparing the poolings -----------------------------------
+
+
+def test_learn_bandwidth_records_every_step_and_finds_the_leave_one_out_minimum():
+    data = make_regression_data(seed=0)
+    fit = learn_bandwidth(data.x_train, data.y_train, steps=200,
+                          validation=(data.x_test, data.y_test), progress=False)
+    assert len(fit.losses) == len(fit.bandwidths) == len(fit.validation) == 200
+    assert fit.bandwidths[0] == pytest.approx(1.0)
+    assert fit.losses[-1] < 0.8 * fit.losses[0]
+    assert fit.validation[-1] < fit.validation[0]
+    grid = [float(h) for h in torch.logspace(-1.7, 1.0, 40)]
+    best = choose_bandwidth(data.x_train, data.y_train, grid)
+    assert fit.model.bandwidth.item() == pytest.approx(best, rel=0.1)
+    # the loss is the leave-one-out error at the bandwidth of that step
+    h = fit.bandwidths[-1]
+    assert fit.losses[-1] == pytest.approx(
+        leave_one_out_mse(data.x_train, data.y_train, h), rel=1e-4)
+    assert learn_bandwidth(data.x_train, data.y_train, steps=3,
+                           progress=False).validation == []
+
+
+def test_pooling_predictions_holds_every_pooling():
+    data = make_regression_data(n_train=30, n_test=20, seed=4)
+    grid = [0.05, 0.1, 0.2, 0.4, 0.8, 1.6]
+    results = pooling_predictions(data.x_train, data.y_train, data.x_test, grid,
+                                  fixed_bandwidth=0.4, steps=50)
+    assert list(results) == [
+        "average pooling", "Gaussian, h = 0.4", "Gaussian, h by leave-one-out",
+        "boxcar, h by leave-one-out", "Epanechnikov, h by leave-one-out",
+        "Gaussian, h learned",
+    ]
+    for predictions, _ in results.values():
+        assert predictions.shape == (20,)
+    mean, h = results["average pooling"]
+    assert h is None
+    torch.testing.assert_close(mean, data.y_train.mean().expand(20))
+    torch.testing.assert_close(results["Gaussian, h = 0.4"][0],
+                               nadaraya_watson(data.x_test, data.x_train, data.y_train, 0.4)[0])
+    h = results["boxcar, h by leave-one-out"][1]
+    assert h == choose_bandwidth(data.x_train, data.y_train, grid, "boxcar")
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_runs_on_cuda(points):
@@ -329,3 +421,10 @@ def test_runs_on_cuda(points):
     assert math.isclose(leave_one_out_mse(keys, values, 0.5), h_cpu, rel_tol=1e-4)
     assert choose_bandwidth(keys, values, [0.1, 0.5, 2.0]) == choose_bandwidth(
         points[1], points[2], [0.1, 0.5, 2.0])
+    parts = gaussian_score_parts(queries, keys, 0.5)
+    assert parts.dot.is_cuda and parts.key_bias.is_cuda
+    fit = learn_bandwidth(keys, values, steps=20, validation=(queries, queries),
+                          progress=False)
+    assert next(fit.model.parameters()).is_cuda and len(fit.validation) == 20
+    cpu_fit = learn_bandwidth(points[1], points[2], steps=20, progress=False)
+    assert math.isclose(fit.bandwidths[-1], cpu_fit.bandwidths[-1], rel_tol=1e-3)

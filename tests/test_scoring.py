@@ -13,11 +13,17 @@ from attention_course.scoring import (
     AdditiveScore,
     BilinearScore,
     MLPScore,
+    compare_on_matching,
     cosine_score,
     dot_score,
     gumbel_softmax_weights,
     hard_attention_weights,
+    make_matching_task,
+    matching_loss,
+    random_rotation,
+    sample_hard_attention,
     scaled_dot_score,
+    train_matching,
 )
 
 
@@ -176,3 +182,102 @@ def test_gumbel_softmax_hard_is_one_hot_with_soft_gradient():
     assert scores.grad is not None and scores.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="temperature"):
         gumbel_softmax_weights(scores, 0.0)
+
+
+def test_gumbel_softmax_argmax_does_not_depend_on_the_temperature():
+    scores = torch.randn(500, 6, generator=torch.Generator().manual_seed(12))
+    picks = [
+        gumbel_softmax_weights(scores, tau, generator=torch.Generator().manual_seed(3))
+        .argmax(-1)
+        for tau in (0.05, 1.0, 20.0)
+    ]
+    assert torch.equal(picks[0], picks[1]) and torch.equal(picks[1], picks[2])
+
+
+def test_stochastic_hard_attention_draws_values_and_averages_to_soft():
+    weights = torch.softmax(torch.tensor([[0.5, 0.0, 0.2], [3.0, -1.0, 0.0]]), -1)
+    values = torch.tensor([[1.0, 0.0], [3.0, 1.0], [-2.0, 2.0]])
+    draws = sample_hard_attention(weights, values, 40_000, torch.Generator().manual_seed(0))
+    assert draws.shape == (40_000, 2, 2)
+    # Every draw is one of the values, never a mix.
+    is_a_value = (draws[..., None, :] == values).all(-1).any(-1)
+    assert is_a_value.all()
+    torch.testing.assert_close(draws.mean(0), weights @ values, atol=0.03, rtol=0)
+    with pytest.raises(ValueError, match=r"agree on Nk"):
+        sample_hard_attention(weights, values[:2], 5)
+    with pytest.raises(ValueError, match=r"num_samples"):
+        sample_hard_attention(weights, values, 0)
+
+
+# ------------------------------------------------------- the matching task
+
+
+def test_random_rotation_is_orthogonal_and_seeded():
+    m = random_rotation(6, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(m @ m.T, torch.eye(6), atol=1e-5, rtol=0)
+    assert torch.equal(m, random_rotation(6, torch.Generator().manual_seed(0)))
+
+
+def test_matching_task_queries_are_transformed_target_keys():
+    transform = torch.randn(3, 5, generator=torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(2)
+    q, k, target = make_matching_task(50, 7, transform, noise=0.0, generator=g)
+    assert q.shape == (50, 1, 3) and k.shape == (50, 7, 5) and target.shape == (50,)
+    expected = k[torch.arange(50), target] @ transform.T
+    torch.testing.assert_close(q[:, 0], expected)
+    q_noisy, k_same, _ = make_matching_task(
+        50, 7, transform, noise=0.5, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(k_same, k)
+    assert 0.2 < (q_noisy - q).std() < 1.0  # noise of standard deviation 0.5
+    with pytest.raises(ValueError, match=r"transform"):
+        make_matching_task(5, 3, torch.ones(3))
+
+
+def test_matching_loss_is_cross_entropy_of_the_weights():
+    q, k, target = make_matching_task(20, 4, torch.eye(3), 0.1, torch.Generator())
+    weights = torch.softmax(dot_score(q, k)[:, 0], -1)
+    expected = -weights[torch.arange(20), target].log().mean()
+    torch.testing.assert_close(matching_loss(dot_score, q, k, target), expected)
+
+
+def test_additive_score_is_odd_without_bias_and_not_with_it():
+    q, k = _qk(seed=13)
+    torch.manual_seed(4)
+    plain, biased = AdditiveScore(5, 5, 8), AdditiveScore(5, 5, 8, bias=True)
+    torch.testing.assert_close(plain(-q, -k), -plain(q, k))
+    assert not torch.allclose(biased(-q, -k), -biased(q, k))
+    assert biased.W_q.bias.shape == (8,) and plain.W_q.bias is None
+
+
+def test_train_matching_learns_the_rotation_with_a_bilinear_score():
+    transform = random_rotation(4, torch.Generator().manual_seed(5))
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    run = train_matching(BilinearScore(4, 4), transform, steps=150, eval_every=50,
+                         num_keys=4, num_val=500, generator=torch.Generator().manual_seed(6))
+    assert run.step.tolist() == [0, 50, 100, 150]
+    assert run.accuracy.shape == run.loss.shape == (4,)
+    assert run.accuracy[-1] > 0.8 and run.loss[-1] < run.loss[0]
+    assert torch.get_num_threads() == threads  # one thread inside, restored after
+    with pytest.raises(ValueError, match=r"eval_every"):
+        train_matching(dot_score, transform, steps=100, eval_every=30)
+
+
+def test_compare_on_matching_gives_every_score_the_same_task():
+    makers = {"dot": lambda: dot_score, "scaled dot": lambda: scaled_dot_score}
+    runs = compare_on_matching(makers, seeds=[0, 1], dim=4, steps=20, eval_every=10,
+                               num_val=300)
+    assert [len(r) for r in runs.values()] == [2, 2]
+    for a, b in zip(runs["dot"], runs["scaled dot"], strict=True):
+        # Same episodes, same ranking: identical accuracy, different loss.
+        assert torch.equal(a.accuracy, b.accuracy) and not torch.equal(a.loss, b.loss)
+        assert torch.equal(a.transform, b.transform)
+    assert not torch.equal(runs["dot"][0].transform, runs["dot"][1].transform)
+
+
+def test_compare_on_matching_starts_the_learned_scores_at_chance():
+    # The initial parameters must not share random numbers with the rotation.
+    runs = compare_on_matching({"bilinear": lambda: BilinearScore(6, 6)}, seeds=[0, 1, 2],
+                               dim=6, num_keys=4, steps=10, eval_every=10, num_val=2000)
+    start = torch.stack([r.accuracy[0] for r in runs["bilinear"]])
+    assert start.max() < 0.5, start  # chance is 0.25; sharing gave 0.7 to 0.84

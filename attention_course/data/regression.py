@@ -45,7 +45,8 @@ def make_regression_data(
         raise ValueError(f"noise must be non-negative, got {noise}")
     g = torch.Generator().manual_seed(seed)
     x_train, _ = torch.sort(torch.rand(n_train, generator=g) * 5)
-    y_train = true_function(x_train) + noise * torch.randn(n_train, generator=g)
+    noise_train = noise * torch.randn(n_train, generator=g)
+    y_train = true_function(x_train) + noise_train
     x_test = torch.linspace(0, 5, n_test + 1)[:-1] + 2.5 / n_test
     truth = true_function(x_test)
     y_test = truth + noise * torch.randn(n_test, generator=g)

@@ -301,6 +301,12 @@ def _grade(args: argparse.Namespace) -> int:
 
     if args.jobs < 1 or args.timeout <= 0 or args.memory < 1 or args.scratch < 1:
         raise UsageError("--jobs, --memory and --scratch must be >= 1 and --timeout > 0")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: torch sees no CUDA GPU on this machine "
+                             f"(torch {torch.__version__})")
     subs = shard(find_submissions(args.paths, args.student_from, args.exercise), args.shard)
     exercises = {s.exercise for s in subs if s.exercise}
     try:  # draw every case and compute every reference answer before any child runs

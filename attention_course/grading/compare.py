@@ -84,7 +84,7 @@ def _off_by(expected: float, got: float) -> str:
     """How ``got`` misses ``expected``, without saying what ``expected`` is."""
     if math.isnan(got) or math.isinf(got):
         return f"got {got}"
-    if expected == 0 or (expected > 0) != (got > 0):
+    if expected == 0 or got == 0 or (expected > 0) != (got > 0):
         return f"got {_number(got)}, which is not the answer"
     ratio = got / expected
     size = "too large" if ratio > 1 else "too small"

@@ -24,8 +24,8 @@ COLOURS = ["#d95f02", "#1b9e77", "#7570b3", "#e7298a"]
 
 
 def flashlight() -> None:
-    fig, ax = plt.subplots(figsize=(9, 5.2))
-    ax.add_patch(Rectangle((0, -0.7), 10, 6.9, color="#1c2333"))
+    fig, ax = plt.subplots(figsize=(9, 6.0))
+    ax.add_patch(Rectangle((0, -1.75), 10, 7.95, color="#1c2333"))
     ax.text(0.2, 5.95, "a dark room", color="#8a93a6", fontsize=10, va="top")
     torch_xy = np.array([5.0, 0.75])
     for i, (key, value, w) in enumerate(zip(CABINETS, CONTENTS, WEIGHTS, strict=True)):
@@ -43,13 +43,17 @@ def flashlight() -> None:
         ax.text(x0 + 1.0, 5.25, f"weight {w:.2f}", ha="center", color="#ffe066", fontsize=10)
     ax.add_patch(FancyBboxPatch((4.55, 0.25), 0.9, 0.5, boxstyle="round,pad=0.05", fc="#aaaaaa",
                                 ec="white"))
-    ax.text(5.0, 0.0, 'query: "my shoes"  (the flashlight)', ha="center", va="top",
-            color="white", fontsize=10)
-    ax.text(9.8, 2.4, "key = what is written on the cabinet\n"
+    ax.text(5.0, 0.0, 'query: "my shoes"  (what you look for; it aims the beam)',
+            ha="center", va="top", color="white", fontsize=10)
+    ax.text(9.8, -0.6, "key = the label on the cabinet\n"
             "value = what is inside\nbeam brightness = attention weight",
             ha="right", va="top", color="#c7cede", fontsize=9, linespacing=1.5)
+    ax.text(0.2, -0.6, "soft attention: take from every cabinet,\n"
+            "in proportion to its light\n"
+            "hard attention: open only the brightest one",
+            ha="left", va="top", color="#c7cede", fontsize=9, linespacing=1.5)
     ax.set_xlim(0, 10)
-    ax.set_ylim(-0.7, 6.2)
+    ax.set_ylim(-1.75, 6.2)
     ax.set_aspect("equal")
     ax.axis("off")
     fig.savefig(HERE / "flashlight.png", dpi=110, bbox_inches="tight", facecolor="white")

@@ -3,8 +3,8 @@
 Six questions, four kinds: the Gaussian weights and the Nadaraya-Watson prediction
 (implement), a learnable-bandwidth module that does not learn (debug), leave-one-out
 bandwidth choice (implement), what a narrow bandwidth does to the training and held-out
-errors (predict), and the Gaussian score rewritten as a dot product plus a per-key bias,
-the bridge to chapter 2 (derive).
+errors (predict), and a Gaussian kernel with one bandwidth per feature rewritten as a
+dot product plus a per-key bias, an extension of the chapter's bridge to chapter 2 (derive).
 
 The references are the package's own chapter-1 code (``attention_course.kernel_regression``)
 or a line of algebra. Every known mistake below is a wrong variant of the reference: the
@@ -24,7 +24,8 @@ from attention_course.grading.spec import Case, Exercise, Mistake, Question
 
 NW_SECTION = "1.3 Nadaraya-Watson: let the query choose the weights"
 BANDWIDTH_SECTION = "1.4 The bandwidth trades bias for variance"
-LEARNED_SECTION = "1.6 Parametric attention pooling: learning the bandwidth"
+LEARNED_SECTION = "1.6 Attention pooling with a learned bandwidth"
+DOT_SECTION = "1.8 From distances to dot products: the bridge to chapter 2"
 
 
 def _points(g: torch.Generator, n: int) -> torch.Tensor:
@@ -98,6 +99,21 @@ WEIGHT_MISTAKES = (
     Mistake("not_normalised", _kernel_values,
             "these are the kernel values before normalisation: each row must be divided by "
             "its sum, which a softmax over the keys does for you"),
+    Mistake("log_softmax", lambda q, k, h: torch.log_softmax(
+                -_squared_differences(q, k) / (2 * h**2), dim=-1),
+            "your weights are negative: they are the logarithms of the weights (a "
+            "log-softmax); the question asks for the weights themselves, between 0 and 1"),
+    Mistake("scores_only", lambda q, k, h: -_squared_differences(q, k) / (2 * h**2),
+            "these are the scores, before the softmax: the weights are the softmax of the "
+            "scores over the keys"),
+    Mistake("difference_of_squares", lambda q, k, h: torch.softmax(
+                -(q[:, None] ** 2 - k[None, :] ** 2) / (2 * h**2), dim=-1),
+            "you subtract the squares of the query and the key; the kernel squares their "
+            "difference, the squared distance between them"),
+    Mistake("difference_not_squared", lambda q, k, h: torch.softmax(
+                -(q[:, None] - k[None, :]) / (2 * h**2), dim=-1),
+            "you score with the signed difference between query and key, not squared: a key "
+            "on one side then beats a key at the same distance on the other side"),
 )
 
 
@@ -161,6 +177,12 @@ PREDICT_MISTAKES = (
     Mistake("weights_over_queries", _over_queries,
             "your weights are normalised over the queries instead of over the keys: each "
             "query's weights on the keys must sum to 1"),
+    Mistake("averages_keys", lambda q, k, v, h: kr.attention_weights(q, k, h) @ k,
+            "you average the keys, not the values: the keys only decide the weights, and "
+            "the prediction is the weighted average of the values"),
+    Mistake("keys_and_values_swapped", lambda q, k, v, h: kr.attention_weights(q, v, h) @ k,
+            "keys and values are swapped: the weights must come from comparing the query "
+            "with the keys, and then average the values"),
 )
 
 
@@ -216,8 +238,10 @@ def _variant(bandwidth_of=torch.exp, init_log: bool = True, leave_out: str = "ma
             if exclude_self and leave_out == "mask":
                 scores = scores.masked_fill(itself, -math.inf)
             weights = torch.softmax(scores, dim=dim)
-            if exclude_self and leave_out == "zero":
+            if exclude_self and leave_out in ("zero", "zero_columns"):
                 weights = weights.masked_fill(itself, 0.0)
+            if exclude_self and leave_out == "zero_columns":  # renormalised over a column
+                weights = weights / weights.sum(dim=0, keepdim=True)
             return weights @ values
 
     return Broken
@@ -251,6 +275,10 @@ MODULE_MISTAKES = (
             "with exclude_self your weights no longer sum to 1: a point's own weight is "
             "set to zero but the other weights are not renormalised (give its score minus "
             "infinity before the softmax, or divide the remaining weights by their sum)"),
+    Mistake("renormalised_over_queries", _variant(torch.exp, leave_out="zero_columns"),
+            "with exclude_self you zero a point's own weight and then divide by the sums "
+            "over the queries (the columns); each query's row must be divided by its own "
+            "sum, over the keys"),
     Mistake("self_not_left_out", _variant(torch.exp, leave_out="none"),
             "exclude_self changes nothing in your forward: each training point still "
             "weighs itself, so the training shrinks the bandwidth towards 0"),
@@ -264,6 +292,19 @@ MODULE_MISTAKES = (
             "your forward divides the squared distance by h squared: the factor 2 of 2h "
             "squared is missing"),
 )
+
+
+def starting_bandwidth(case: Case, expected, got) -> str | None:
+    """A ``diagnose`` hook for question 3: name a module that starts from the wrong
+    bandwidth (what ``__init__`` stores), whatever the wrong line is."""
+    try:
+        want, mine = float(expected["bandwidths"][0]), float(got["bandwidths"][0])
+    except (TypeError, KeyError, IndexError, ValueError):
+        return None
+    if case.params or math.isclose(want, mine, rel_tol=1e-4):
+        return None  # where the grader sets log_bandwidth, the start is not the module's
+    return (f"before training your module's bandwidth is {mine:.4g}, where init_bandwidth "
+            f"is {want:.4g}: __init__ must store the logarithm of init_bandwidth")
 
 
 # --------------------------------------------------------------------------- question 4
@@ -280,7 +321,7 @@ def bandwidth_cases() -> list[Case]:
 
 
 def _loo_errors(x, y, candidates, leave_out: str = "mask", squared_mean: bool = False,
-                scale=lambda h: 2 * h**2):
+                scale=lambda h: 2 * h**2, signed: bool = False):
     errors = []
     for h in candidates:
         scores = -_squared_differences(x, x) / scale(h)
@@ -291,7 +332,11 @@ def _loo_errors(x, y, candidates, leave_out: str = "mask", squared_mean: bool = 
         if leave_out == "zero":
             weights = weights.masked_fill(itself, 0.0)
         residual = weights @ y - y
-        errors.append(float(residual.mean() ** 2 if squared_mean else (residual**2).mean()))
+        if signed:
+            errors.append(float(residual.mean()))
+        else:
+            errors.append(float(residual.mean() ** 2 if squared_mean else
+                                (residual**2).mean()))
     return errors
 
 
@@ -335,6 +380,10 @@ BANDWIDTH_MISTAKES = (
     Mistake("squared_mean", _pick(squared_mean=True),
             "your choice matches the square of the mean error, where positive and negative "
             "errors cancel: did you average the squared errors?"),
+    Mistake("signed_mean", _pick(signed=True),
+            "your choice matches the smallest mean of the signed errors, which rewards "
+            "predictions that fall below their targets: did you square each error before "
+            "averaging?"),
     Mistake("largest_error", _largest_error,
             "your choice is the candidate with the largest leave-one-out error; keep the "
             "smallest"),
@@ -383,56 +432,85 @@ TREND_MISTAKES = (
 def dot_cases() -> list[Case]:
     g = torch.Generator().manual_seed(106)
     cases = []
-    # no bandwidth of 0.5 or 1, where some of the wrong scales coincide. A held-back case
-    # comes first: an answer that no known mistake explains is told the expected number of
-    # a case whose bandwidth it does not see, which gives the formula away less easily.
-    for n_keys, h, hidden in [(4, 0.8, True), (5, 0.6, False), (7, 1.5, False),
-                              (6, 2.5, True)]:
-        keys = torch.randn(n_keys, generator=g) * 2
-        label = "" if hidden else f"{n_keys} keys, h = {h}"
-        cases.append(Case(args=(keys, h), label=label, hidden=hidden))
+    # keys (Nk, d) and one bandwidth per feature, drawn in [0.35, 2.5]; Nk != d in every
+    # case, so that a bias summed over the wrong axis has the wrong shape
+    for n_keys, d, hidden in [(4, 3, False), (5, 2, False), (6, 4, True), (3, 5, True)]:
+        keys = torch.randn(n_keys, d, generator=g) * 1.5
+        bandwidths = 0.35 + 2.15 * torch.rand(d, generator=g)
+        shown = ", ".join(f"{h:.2f}" for h in bandwidths.tolist())
+        label = "" if hidden else f"{n_keys} keys in {d} dimensions, bandwidths ({shown})"
+        cases.append(Case(args=(keys, bandwidths), label=label, hidden=hidden))
     return cases
 
 
-def gaussian_as_dot_product(keys: torch.Tensor, bandwidth: float) -> dict:
-    """-(q - k)^2 / (2h^2) = (1/h^2) q k - k^2 / (2h^2) - q^2 / (2h^2): scale and bias."""
-    return {"scale": 1 / bandwidth**2, "bias": -(keys**2) / (2 * bandwidth**2)}
+def gaussian_as_dot_product(keys: torch.Tensor, bandwidths: torch.Tensor) -> dict:
+    """-sum_f (q_f - k_f)^2 / (2 h_f^2) = sum_f (1/h_f^2) q_f k_f - sum_f k_f^2 / (2 h_f^2)
+    - sum_f q_f^2 / (2 h_f^2): one scale per feature and one bias per key."""
+    return {"scale": 1 / bandwidths**2, "bias": -(keys**2 / (2 * bandwidths**2)).sum(dim=-1)}
 
 
 def _form(scale=None, bias=None):
-    def form(keys, bandwidth):
-        right = gaussian_as_dot_product(keys, bandwidth)
-        return {"scale": right["scale"] if scale is None else scale(bandwidth),
-                "bias": right["bias"] if bias is None else bias(keys, bandwidth)}
+    def form(keys, bandwidths):
+        right = gaussian_as_dot_product(keys, bandwidths)
+        return {"scale": right["scale"] if scale is None else scale(bandwidths),
+                "bias": right["bias"] if bias is None else bias(keys, bandwidths)}
 
     return form
 
 
 DOT_MISTAKES = (
     Mistake("scale_half", _form(scale=lambda h: 1 / (2 * h**2)),
-            "your scale is half the right one: expanding the square gives the cross term "
-            "twice (minus 2qk), and divided by 2h squared that leaves qk over h squared"),
+            "your scale is half the right one: expanding each feature's square gives its "
+            "cross term twice (minus 2 q_f k_f), and the 2 does not go away"),
     Mistake("scale_not_squared", _form(scale=lambda h: 1 / h),
-            "your scale is 1 over h; the bandwidth enters squared, so the scale is 1 over h "
-            "squared"),
+            "your scale is 1 over each bandwidth; the bandwidth enters the score squared, "
+            "like the distance it scales"),
     Mistake("scale_negative", _form(scale=lambda h: -1 / h**2),
-            "your scale has the wrong sign: minus (minus 2qk) over 2h squared is plus qk "
-            "over h squared, so a query prefers keys on its own side of 0"),
-    Mistake("bias_positive", _form(bias=lambda k, h: k**2 / (2 * h**2)),
-            "your bias has the wrong sign: the key's own term is minus its square over 2h "
-            "squared, which lowers the score of keys far from 0"),
-    Mistake("bias_without_half", _form(bias=lambda k, h: -(k**2) / h**2),
-            "your bias is twice the right size: the key's own term is its square over 2h "
-            "squared, with the factor 2"),
-    Mistake("bias_not_squared", _form(bias=lambda k, h: -(k**2) / (2 * h)),
-            "your bias divides by 2h; like every term of the expanded score it divides by "
-            "2h squared"),
-    Mistake("bias_key_not_squared", _form(bias=lambda k, h: -k / (2 * h**2)),
-            "your bias uses the key itself; the key's own term of the expanded square is "
-            "its square, over 2h squared"),
-    Mistake("bias_without_bandwidth", _form(bias=lambda k, h: -(k**2)),
-            "your bias is minus the squared key, with no bandwidth: every term of the score "
-            "is divided by 2h squared"),
+            "your scale has the wrong sign: minus (minus 2 q_f k_f) over 2 h_f squared is "
+            "positive, so a query prefers keys on its own side along every feature"),
+    Mistake("scale_inverted", _form(scale=lambda h: h**2),
+            "your scale grows with the bandwidth, which divides the score: a wider bandwidth "
+            "makes a feature count less, not more"),
+    Mistake("scale_matrix", _form(scale=lambda h: torch.diag(1 / h**2)),
+            "your scale is the whole diagonal matrix (d by d); the question asks for its "
+            "diagonal only, one scale per feature, a tensor of shape (d,)"),
+    Mistake("bias_positive", _form(bias=lambda k, h: (k**2 / (2 * h**2)).sum(-1)),
+            "your bias has the wrong sign: a key's own terms are minus its squared "
+            "features over 2 h_f squared, which lowers the score of keys far from 0"),
+    Mistake("bias_without_half", _form(bias=lambda k, h: -(k**2 / h**2).sum(-1)),
+            "your bias is twice the right size: the factor 2 of the kernel's denominator is "
+            "missing from it"),
+    Mistake("bias_not_squared", _form(bias=lambda k, h: -(k**2 / (2 * h)).sum(-1)),
+            "your bias divides each squared feature by 2 h_f: the bandwidth is not squared "
+            "there, as it is in every term of the expanded score"),
+    Mistake("bias_key_not_squared", _form(bias=lambda k, h: -(k / (2 * h**2)).sum(-1)),
+            "your bias sums the key's features themselves; the key's own terms of the "
+            "expanded squares hold its squared features"),
+    Mistake("bias_without_bandwidth", _form(bias=lambda k, h: -(k**2).sum(-1) / 2),
+            "your bias is minus half the squared norm of the key, with no bandwidth: each "
+            "feature's term is scaled by that feature's own bandwidth too"),
+    Mistake("bias_summed_bandwidths",
+            _form(bias=lambda k, h: -(k**2).sum(-1) / (2 * (h**2).sum())),
+            "your bias divides the key's squared norm by one sum of the squared "
+            "bandwidths; each squared feature is divided by its own bandwidth squared, "
+            "and only then are the features added up"),
+    Mistake("bias_mean_bandwidth",
+            _form(bias=lambda k, h: -(k**2).sum(-1) / (2 * (h**2).mean())),
+            "your bias divides the key's squared norm by one average squared bandwidth, as "
+            "if every feature had the same; each squared feature is divided by its own "
+            "bandwidth squared"),
+    Mistake("bias_two_h_squared", _form(bias=lambda k, h: -(k**2 / (2 * h) ** 2).sum(-1)),
+            "your bias divides each squared feature by 2 h_f, all squared, which is 4 h_f "
+            "squared: only the bandwidth is squared, the 2 is not"),
+    Mistake("bias_averaged", _form(bias=lambda k, h: -(k**2 / (2 * h**2)).mean(-1)),
+            "your bias averages the features' terms; the expanded score adds them up, so "
+            "a key's bias is their sum"),
+    Mistake("bias_not_summed", _form(bias=lambda k, h: -(k**2 / (2 * h**2))),
+            "your bias has one entry per key and feature: a key's bias is one number, the "
+            "sum of its features' terms, so the bias has shape (Nk,)"),
+    Mistake("bias_summed_over_keys", _form(bias=lambda k, h: -(k**2 / (2 * h**2)).sum(0)),
+            "your bias is summed over the keys, one entry per feature; each key has its "
+            "own bias, the sum over its features, so the bias has shape (Nk,)"),
 )
 
 
@@ -484,6 +562,7 @@ EXERCISE = Exercise(
             rtol=1e-3,
             atol=1e-5,
             mistakes=MODULE_MISTAKES,
+            diagnose=starting_bandwidth,
             builds_on=("q1_weights",),
             hint="Ask of each line: does the optimiser see this tensor as a parameter, "
                  "does the gradient pass through this operation, does the bandwidth stay "
@@ -524,17 +603,18 @@ EXERCISE = Exercise(
         Question(
             id="q6_dot_product",
             symbol="gaussian_as_dot_product",
-            title="Derive: the Gaussian score as a dot product plus a bias",
+            title="Derive: one bandwidth per feature, as a dot product plus a bias",
             kind="derive",
             points=2,
             reference=gaussian_as_dot_product,
             cases=dot_cases,
             parts={"scale": 1, "bias": 1},
             mistakes=DOT_MISTAKES,
-            hint="Expand the square and sort the terms: those with the query only, those "
-                 "with both, those with the key only. A term that is the same for every "
-                 "key shifts a whole row of scores, and a softmax ignores such a shift.",
-            section=NW_SECTION,
+            hint="Expand each feature's square and sort the terms: those with the query "
+                 "only, those with both, those with the key only. Or divide every feature "
+                 "of the query and the key by its bandwidth: you are back to one bandwidth "
+                 "of 1, the case the chapter expands.",
+            section=DOT_SECTION,
         ),
     ),
 )

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_course import scoring
+from attention_course.grading.exercises._offsets import fits_with_offsets
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
 
 # The chapter's headings, exactly as written in book/02_scoring.ipynb.
@@ -183,6 +184,13 @@ def starter_cosine(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return _unit_dot(_lengths(q, dim=1), _lengths(k, dim=1), q, k)
 
 
+def _position_cosine(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The cosine of query i with key i alone, ``(B, N)`` (where ``Nq == Nk``)."""
+    if q.shape[1] != k.shape[1]:
+        raise ValueError("this mistake raises where the numbers of queries and keys differ")
+    return F.cosine_similarity(q, k, dim=-1)
+
+
 COSINE_MISTAKES = (
     Mistake("starter_sequence_axis", starter_cosine,
             "your lengths are taken across the sequence (axis 1: over all queries, or all "
@@ -226,6 +234,15 @@ COSINE_MISTAKES = (
     Mistake("cosine_distance", lambda q, k: 1 - scoring.cosine_score(q, k),
             "you gave one minus the cosine (a distance, small for similar vectors); the "
             "score is the cosine itself"),
+    Mistake("whole_tensor_lengths", lambda q, k: _dot(q / q.norm().clamp_min(1e-8),
+                                                      k / k.norm().clamp_min(1e-8)),
+            "you divided by one length for the whole tensor (every entry of every vector "
+            "at once); each query and each key is divided by its own length, over its d "
+            "entries"),
+    Mistake("cosine_per_position", _position_cosine,
+            "you computed one cosine per position, query i with key i only; the score "
+            "matrix pairs every query with every key, one row per query and one column per "
+            "key"),
 )
 
 
@@ -317,6 +334,12 @@ def _wrong_axis(scores: torch.Tensor, target: torch.Tensor) -> float:
     return (scores.argmax(dim=1) == target).double().mean().item()
 
 
+def _first_element_rate(scores: torch.Tensor, target: torch.Tensor) -> float:
+    rate = _hit_rate(scores[:1], target[:1])
+    # a rate of 0 or 1 over a few queries says too little to be recognised by
+    return rate if 0 < rate < 1 else math.nan
+
+
 HIT_RATE_MISTAKES = (
     Mistake("count_not_rate",
             _rates(lambda s, t: int((s.argmax(dim=-1) == t).sum())),
@@ -341,6 +364,18 @@ HIT_RATE_MISTAKES = (
     Mistake("never_hits", _rates(lambda s, t: 0.0),
             "not one query hits its target in your count: did you compare the largest score "
             "itself, rather than the position of the key that has it, with the target index?"),
+    Mistake("cosine_rate_from_dot",
+            lambda q, k, t: {**_rates(_hit_rate)(q, k, t),
+                             "cosine": _hit_rate(scoring.dot_score(q, k), t)},
+            "your cosine rate is the dot product's: are the cosine's hits counted on the "
+            "cosine scores, not on the dot products?"),
+    Mistake("hits_per_batch_element",
+            _rates(lambda s, t: int((s.argmax(dim=-1) == t).sum()) / t.shape[0]),
+            "you divided the number of hits by the batch size only; every batch element "
+            "holds several queries, and the rate divides by all of them"),
+    Mistake("first_batch_element", _rates(_first_element_rate),
+            "your rate counts the queries of the first batch element only; the hit rate "
+            "is over the queries of every batch element"),
     Mistake("mean_largest_weight",
             _rates(lambda s, t: torch.softmax(s, dim=-1).amax(dim=-1).mean().item()),
             "you averaged each query's largest attention weight; the hit rate asks whether "
@@ -422,6 +457,10 @@ ADDITIVE_MISTAKES = (
         lambda self, pq, pk: self.w_v(torch.tanh(pq.unsqueeze(2) + pk.unsqueeze(1))).squeeze()),
             "you removed every axis of size 1, so a batch of one or a single query lost its "
             "axis: remove only the last axis, the one w_v leaves"),
+    Mistake("summed_not_read_out", _additive_mistake(
+        lambda self, pq, pk: torch.tanh(pq.unsqueeze(2) + pk.unsqueeze(1)).sum(-1)),
+            "you added up the entries of each squashed hidden vector; w_v reads it out, a "
+            "weighted sum with its own learned weights"),
     Mistake("weights_not_scores", _additive_mistake(
         lambda self, pq, pk: torch.softmax(
             self.w_v(torch.tanh(pq.unsqueeze(2) + pk.unsqueeze(1))).squeeze(-1), dim=-1)),
@@ -440,21 +479,11 @@ def _fits_with_biases(case: Case, got: torch.Tensor) -> bool:
     inside = (q @ w_q.T).unsqueeze(2) + (k @ w_k.T).unsqueeze(1)
     bias = torch.zeros(w_q.shape[0], dtype=torch.float64, requires_grad=True)
     shift = torch.zeros((), dtype=torch.float64, requires_grad=True)
-    optimiser = torch.optim.LBFGS([bias, shift], max_iter=200, tolerance_grad=1e-14,
-                                  tolerance_change=1e-16, line_search_fn="strong_wolfe")
 
     def residual() -> torch.Tensor:
         return (torch.tanh(inside + bias) @ w_v.T).squeeze(-1) + shift - target
 
-    def closure() -> torch.Tensor:
-        optimiser.zero_grad()
-        loss = residual().pow(2).mean()
-        loss.backward()
-        return loss
-
-    optimiser.step(closure)
-    with torch.no_grad():
-        return float(residual().abs().max()) < 1e-4 * (1 + float(target.abs().max()))
+    return fits_with_offsets(residual, (bias, shift), float(target.abs().max()))
 
 
 def _additive_diagnose(case: Case, expected: Any, got: Any) -> str | None:
@@ -515,6 +544,18 @@ VARIANCE_MISTAKES = (
             _moments(lambda d, sq, sk: math.sqrt(d) * sq * sk,
                      lambda d, sq, sk: math.sqrt(d) * sq * sk),
             "that is the standard deviation of q . k; the variance is its square"),
+    # the right variance, a divisor that is not its square root (before the variance
+    # mistakes whose own divisors they equal)
+    Mistake("divisor_d_not_root_d",
+            _moments(_true_variance, lambda d, sq, sk: d * sq * sk),
+            "your divisor multiplies d itself by the two standard deviations; the standard "
+            "deviation of q . k is the square root of its variance, which takes the square "
+            "root of d too"),
+    Mistake("divisor_with_variances",
+            _moments(_true_variance, lambda d, sq, sk: math.sqrt(d) * sq**2 * sk**2),
+            "your divisor multiplies sqrt(d) by the two variances; the square root of the "
+            "variance takes the square root of every factor, which leaves the two standard "
+            "deviations"),
     Mistake("d_squared", _moments(lambda d, sq, sk: d**2 * sq**2 * sk**2),
             "the d products are independent, so their variances add up to d times the "
             "variance of one product; d squared would need all d products to be equal"),

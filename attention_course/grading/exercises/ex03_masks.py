@@ -391,6 +391,7 @@ def padding_cases() -> list[Case]:
         Case(args=(lens(3, 1, 5), 5), label="valid_lens [3, 1, 5], max_len 5, side 'right'"),
         Case(args=(lens(3, 1, 5), 5), kwargs={"side": "left"},
              label="valid_lens [3, 1, 5], max_len 5, side 'left'"),
+        Case(args=(lens(2, 0, 1), 4), label="valid_lens [2, 0, 1], max_len 4, side 'right'"),
         Case(args=(lens(0, 2), 4), kwargs={"side": "left"},
              label="valid_lens [0, 2], max_len 4, side 'left'"),
         Case(args=(lens(2, 6, 0, 4), 6), kwargs={"side": "right"}, hidden=True),
@@ -428,16 +429,22 @@ PADDING_MISTAKES = (
             _padding_variant(_pad_right, lambda p, lens, n: p >= n - lens - 1),
             "with side 'left' you mark one position too many as real: the last padding "
             "position, just before the first real token at max_len - L"),
+    Mistake("width_from_lengths",
+            lambda valid_lens, max_len, side="right": padding_mask(
+                valid_lens, int(valid_lens.max()), side),
+            "your mask is as wide as the longest valid length; it must have max_len "
+            "columns, one per position, even when no sequence fills them all"),
 )
 
 
 # --------------------------------------------------------------------------- question 3
 def _attention(query, key, value, attn_mask, scale: str = "d", empty: str = "zeros"):
     """Masked attention with a chosen scale (divided by the square root of "d", "dv",
-    "none" (1), "d_not_sqrt" (d squared), "inverse" (1/d)) and a chosen treatment of rows
-    that allow nothing ("zeros", "nan", "uniform", "nan_weights")."""
+    "none" (1), "d_not_sqrt" (d squared), "inverse" (1/d), "keys" (Nk)) and a chosen
+    treatment of rows that allow nothing ("zeros", "nan", "uniform", "nan_weights")."""
     d = {"d": query.shape[-1], "dv": value.shape[-1], "none": 1,
-         "d_not_sqrt": query.shape[-1] ** 2, "inverse": 1 / query.shape[-1]}[scale]
+         "d_not_sqrt": query.shape[-1] ** 2, "inverse": 1 / query.shape[-1],
+         "keys": key.shape[-2]}[scale]
     scores = query @ key.transpose(-2, -1) / math.sqrt(d)
     if empty == "zeros":
         weights = masking._softmax_where(scores, attn_mask)
@@ -491,6 +498,9 @@ ATTENTION_MISTAKES = (
             "large"),
     Mistake("scale_by_d", lambda q, k, v, m: _attention(q, k, v, m, "d_not_sqrt"),
             "your scores are divided by d, not by its square root"),
+    Mistake("scale_by_num_keys", lambda q, k, v, m: _attention(q, k, v, m, "keys"),
+            "your scores are divided by the square root of the number of keys; the scale "
+            "is the size of each query and key vector, their last axis"),
     Mistake("scale_multiplied", lambda q, k, v, m: _attention(q, k, v, m, "inverse"),
             "your scores are multiplied by the square root of d instead of divided by it"),
     Mistake("starter", lambda q, k, v, m: _attention(q, k, v, m, "dv", "nan"),
@@ -688,6 +698,14 @@ COUNT_MISTAKES = (
                       lambda n, L: L * (L + 1) // 2 + (n - L), lambda n, L: 0),
             "you let each padded query attend to its own position: that position is "
             "padding, and the padding mask hides it like every padded key"),
+    Mistake("half_square",
+            _counting(lambda n, L: L * L // 2 + (n - L) * L, lambda n, L: L * L // 2),
+            "you counted the real block's triangle as half of L squared; with its diagonal "
+            "it holds 1 + 2 + ... + L pairs, which is more than L squared over 2"),
+    Mistake("left_padded_keys_seen",
+            _counting(pairs_left=lambda n, L: L * (L + 1) // 2 + (n - L) * (n - L + 1) // 2),
+            "with left padding you let each padded query see the padding before it: the "
+            "padding mask hides every padded key, so those rows allow no key at all"),
     Mistake("empty_counts_real", _counting(empty_rows_left=lambda n, L: L),
             "you counted the real queries: an empty row is a query that may attend to no "
             "key, and with left padding those are the padded queries at the start"),

@@ -62,6 +62,7 @@ def _bahdanau(
     projections: str = "right",
     broadcast: bool = False,
     mean: bool = False,
+    keep_axis: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The reference attention step, and (with one keyword changed) each known mistake."""
     query = states[:, query_at(t, states.shape[1] - 1)]  # (B, H_dec)
@@ -70,7 +71,8 @@ def _bahdanau(
         W_q, W_k = W_k, W_q
     elif projections == "untransposed":
         W_q, W_k = W_q.T, W_k.T
-    features = (query @ W_q.T)[:, None, :] + key_vectors @ W_k.T  # (B, S, h)
+    projected = query if projections == "query_unprojected" else query @ W_q.T
+    features = projected[:, None, :] + key_vectors @ W_k.T  # (B, S, h)
     scores = {
         "additive": lambda: torch.tanh(features) @ w_v,
         "no_tanh": lambda: features @ w_v,
@@ -79,6 +81,7 @@ def _bahdanau(
         "tanh_outside": lambda: torch.tanh(features @ w_v),
         "scaled": lambda: torch.tanh(features) @ w_v / math.sqrt(w_v.shape[0]),
         "constant": lambda: torch.zeros_like(features[..., 0]),
+        "dot": lambda: (key_vectors @ query[:, :, None]).squeeze(-1),
     }[score]()  # (B, S)
     length = enc_outputs.shape[1]
     if mask == "before" and softmax_over == "source":
@@ -101,6 +104,8 @@ def _bahdanau(
     context = weights @ pooled if broadcast else (weights[:, :, None] * pooled).sum(dim=1)
     if mean:
         context = context / length
+    if keep_axis:
+        context = context[:, None, :]
     return (weights, context) if swap else (context, weights)
 
 
@@ -276,6 +281,17 @@ Q1 = Question(
                 "with the (B, S, H_enc) states pairs every sentence's weights with every "
                 "sentence's states; weight each sentence's own states and sum over its "
                 "source positions"),
+        Mistake("dot_score", partial(_bahdanau, score="dot"),
+                "your scores are dot products of the query with the encoder states; "
+                "Bahdanau's score is additive: project both, add, squash with tanh, and "
+                "read the result out with w_v"),
+        Mistake("query_not_projected", partial(_bahdanau, projections="query_unprojected"),
+                "your query enters the sum without its projection W_q; both the decoder "
+                "state and the encoder states are projected into the hidden layer first"),
+        Mistake("context_kept_axis", partial(_bahdanau, keep_axis=True),
+                "your context has shape (B, 1, H_enc): a batched matrix product of the "
+                "weights as a (B, 1, S) row keeps the axis of the single query; the context "
+                "is (B, H_enc), one vector per sentence"),
         Mistake("swapped_outputs", partial(_bahdanau, swap=True),
                 "you give back the weights first and the context second; the answer is the "
                 "pair (context, weights)"),
@@ -582,20 +598,25 @@ def _pad_sentence(x: torch.Tensor, num_pads: int) -> torch.Tensor:
 
 
 def _leak(states, t, enc_outputs, src_embeddings, W_q, W_k, w_v, num_pads,
-          step=attention_step, masked_length: str = "real", ratio: str = "unmasked/alone"):
+          step=attention_step, masked_length: str = "real", ratio: str = "unmasked/alone",
+          prepend: bool = False):
     length = enc_outputs.shape[1]
-    enc, emb = _pad_sentence(enc_outputs, num_pads), _pad_sentence(src_embeddings, num_pads)
+    if prepend:  # the padding put before the sentence
+        enc, emb = (_pad_sentence(x.flip(1), num_pads).flip(1)
+                    for x in (enc_outputs, src_embeddings))
+    else:
+        enc, emb = _pad_sentence(enc_outputs, num_pads), _pad_sentence(src_embeddings, num_pads)
     alone, _ = step(states, t, enc_outputs, src_embeddings, torch.tensor([length]),
                     W_q, W_k, w_v)
     real_len = length if masked_length == "real" else length + num_pads
     masked, _ = step(states, t, enc, emb, torch.tensor([real_len]), W_q, W_k, w_v)
     unmasked, _ = step(states, t, enc, emb, torch.tensor([length + num_pads]), W_q, W_k, w_v)
-    a, u = float(alone.norm()), float(unmasked.norm())
+    a, u, m = float(alone.norm()), float(unmasked.norm()), float(masked.norm())
     return {
         "masked_change": float((masked - alone).abs().max()),
         "shrink": {"unmasked/alone": u / a, "alone/unmasked": a / u, "difference": a - u,
                    "relative_change": float((unmasked - alone).norm()) / a,
-                   "squared": (u / a) ** 2}[ratio],
+                   "squared": (u / a) ** 2, "masked/alone": m / a}[ratio],
     }
 
 
@@ -656,6 +677,13 @@ Q6 = Question(
                 "the question asks for the ratio of the norms, unmasked over alone"),
         Mistake("squared", partial(_leak, ratio="squared"),
                 "your shrink is the ratio of the squared norms; take the norms themselves"),
+        Mistake("masked_over_alone", partial(_leak, ratio="masked/alone"),
+                "your shrink compares the masked context with the alone one, which the mask "
+                "keeps as it was (a ratio of 1); the shrink is that of the unmasked context"),
+        Mistake("padding_prepended", partial(_leak, prepend=True),
+                "your masked context is not the alone one: the padding went before the "
+                "sentence, where a valid length of L keeps the first L positions, some of "
+                "them padding; append the padded positions after the sentence"),
     ),
     hint="Three calls of your attention step on the same sentence: alone, padded with the "
          "real valid length, padded with the padded length; then compare the contexts.",
@@ -665,8 +693,8 @@ Q6 = Question(
 
 # =========================================================================== question 7
 def _bleu_parts(k: int, m: int, r: int, c: int, *, clip: bool | str = True, brevity: str = "exp",
-                zero_order: bool | str = True,
-                precision_over: str = "candidate") -> dict[str, float]:
+                zero_order: bool | str = True, precision_over: str = "candidate",
+                root: float = 1.0) -> dict[str, float]:
     def penalty(cand_len: int) -> float:
         if brevity == "none":
             return 1.0
@@ -676,11 +704,13 @@ def _bleu_parts(k: int, m: int, r: int, c: int, *, clip: bool | str = True, brev
             return math.exp(min(0.0, 1 - cand_len / r))
         if brevity == "uncapped":
             return math.exp(1 - r / cand_len)
+        if brevity == "exponent":
+            return min(0.0, 1 - r / cand_len)
         return math.exp(min(0.0, 1 - r / cand_len))
 
     matches = {True: min(k, m), False: k, "m": m, "r": min(k, r)}[clip]
     p1 = matches / (k if precision_over == "candidate" else r)
-    repeated = penalty(k) * p1
+    repeated = penalty(k) * p1**root
     prefix = 0.0 if (c < 4 and zero_order) or (c <= 4 and zero_order == "four") else penalty(c)
     return {"repeated": repeated, "prefix": prefix}
 
@@ -735,6 +765,12 @@ Q7 = Question(
         Mistake("linear_penalty", partial(_bleu_parts, brevity="linear"),
                 "your brevity penalty is the length ratio c/r; BLEU's penalty is exponential, "
                 "e to the power 1 - r/c"),
+        Mistake("penalty_without_exp", partial(_bleu_parts, brevity="exponent"),
+                "your brevity penalty is the exponent 1 - r/c itself (zero or negative); "
+                "the penalty is e to that power, between 0 and 1"),
+        Mistake("fourth_root_for_one_order", partial(_bleu_parts, root=0.25),
+                "you took the fourth root of the unigram precision; with N = 1 the geometric "
+                "mean of one precision is that precision itself (the weights are 1/N)"),
         Mistake("short_prefix_not_zero", partial(_bleu_parts, zero_order=False),
                 "a candidate of fewer than 4 words has no 4-gram at all, so p_4 is 0 and, "
                 "without smoothing, BLEU is 0"),

@@ -273,6 +273,11 @@ def diagnose_mha(case: Case, expected, got) -> str | None:
                     "infinity before the softmax, so that its weight is exactly 0")
     if not bool(torch.isfinite(w).all()):
         return None
+    dropped = (w == 0) & (want > 1e-9)
+    if bool(dropped.any()) and bool(((w - want).abs() > 1e-6)[~dropped].any()):
+        return ("some of your weights are exactly 0 where the softmax is not, and the "
+                "others are larger: is a dropout active? The grader calls your module as it "
+                "is built (in training mode), and this exercise's module has no dropout")
     sums = w.sum(dim=-1)
     if bool(((sums - 1).abs() > 1e-3).any()):
         return ("a row of your weights does not sum to 1: each query's weights are a softmax "
@@ -383,7 +388,11 @@ def _gqa(**change):
         head_dim = embed_dim // num_heads
         kv_dim = num_kv_heads * head_dim
         d = embed_dim
+        over_groups = d // num_kv_heads  # key/value width embed_dim / num_kv_heads
         values = {
+            "kv_over_groups": 2 * (d * d + d) + 2 * (d * over_groups + over_groups),
+            "cache_over_groups": 2 * over_groups,
+            "queries_cached": 2 * kv_dim + d,
             "full_width": 4 * (d * d + d),
             "no_bias": 2 * d * d + 2 * d * kv_dim,
             "no_out_proj": (d * d + d) + 2 * (d * kv_dim + kv_dim),
@@ -752,6 +761,11 @@ EXERCISE = Exercise(
                         "you counted full-width key and value projections, as in ordinary "
                         "multi-head attention: with fewer key/value heads, k_proj and v_proj "
                         "produce only num_kv_heads times d_k features"),
+                Mistake("kv_width_over_groups",
+                        _gqa(parameters="kv_over_groups", cache_per_token="cache_over_groups"),
+                        "your key and value heads are embed_dim / num_kv_heads wide; every "
+                        "head, query or key/value, is d_k = embed_dim / num_heads wide, so "
+                        "k_proj and v_proj produce num_kv_heads times d_k features"),
                 Mistake("no_bias", _gqa(parameters="no_bias"),
                         "you counted the weight matrices but not the biases: each of the four "
                         "layers also has one bias per output feature"),
@@ -767,6 +781,9 @@ EXERCISE = Exercise(
                 Mistake("keys_only", _gqa(cache_per_token="keys_only"),
                         "you counted one tensor per token; the cache keeps both the keys and "
                         "the values"),
+                Mistake("queries_cached", _gqa(cache_per_token="queries_cached"),
+                        "you also cached the query; a new token's query is used once, at its "
+                        "own step, and only keys and values are kept for later tokens"),
                 Mistake("mha_cache", _gqa(cache_per_token="mha_cache"),
                         "that is the cache of ordinary multi-head attention (one key and one "
                         "value per query head); with grouped-query attention only the "

@@ -220,7 +220,8 @@ def _embed_wrong(scale: str = "sqrt", table: str = "positions"):
         if scale == "sum":  # the table scaled along with the embeddings
             return (x + pe_table[: ids.shape[1]]) * math.sqrt(d_model)
         x = {"sqrt": x * math.sqrt(d_model), "divided": x / math.sqrt(d_model),
-             "none": x, "d": x * d_model}[scale]
+             "none": x, "d": x * d_model,
+             "vocabulary": x * math.sqrt(embedding.shape[0])}[scale]
         if table == "batch":
             return x + pe_table[: x.shape[0]].unsqueeze(1)
         if table == "from_one":
@@ -264,6 +265,9 @@ EMBED_MISTAKES = (
             "that their entries have variance 1, like the sines and cosines of the table"),
     Mistake("times_d", _embed_wrong("d", "positions"),
             "the embeddings are multiplied by d_model; the factor is its square root"),
+    Mistake("vocabulary_size", _embed_wrong("vocabulary", "positions"),
+            "the embeddings are multiplied by the square root of the vocabulary size (the "
+            "embedding matrix's number of rows); d_model is its number of columns"),
     Mistake("table_by_token_id", _embed_wrong("sqrt", "token_ids"),
             "you looked the table up by token id: a token's row of the table is the row of "
             "its position in the sentence, whatever the token"),

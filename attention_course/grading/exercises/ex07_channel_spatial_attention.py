@@ -19,6 +19,7 @@ from torch import nn
 
 from attention_course import channel_spatial
 from attention_course.data.images import make_object_images
+from attention_course.grading.exercises._offsets import fits_with_offsets
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
 
 EXERCISE_ID = "07_channel_spatial_attention"
@@ -176,6 +177,26 @@ def _se_parts(got):
     return None, None
 
 
+def _fits_with_biases(case: Case, weights: torch.Tensor) -> bool:
+    """Whether ``weights`` are SE's with some bias in each of the two layers: what layers
+    left with their default biases give (the grader sets only the weights). Only judged
+    where there are more images than channels can absorb (B >= 2)."""
+    (x,) = case.args
+    if x.shape[0] < 2:
+        return False
+    z = x.double().mean(dim=(2, 3))
+    w1, w2 = case.params["fc1.weight"].double(), case.params["fc2.weight"].double()
+    target = weights.detach().double().reshape(z.shape)
+    logits = torch.log(target) - torch.log1p(-target)
+    b1 = torch.zeros(w1.shape[0], dtype=torch.float64, requires_grad=True)
+    b2 = torch.zeros(w2.shape[0], dtype=torch.float64, requires_grad=True)
+
+    def residual() -> torch.Tensor:
+        return torch.relu(z @ w1.T + b1) @ w2.T + b2 - logits
+
+    return fits_with_offsets(residual, (b1, b2), float(logits.abs().max()))
+
+
 def _se_diagnose(case: Case, expected, got) -> str | None:
     """Say what is wrong with an SE answer no known mistake explains."""
     out, weights = _se_parts(got)
@@ -198,6 +219,11 @@ def _se_diagnose(case: Case, expected, got) -> str | None:
         out.double(), (x * weights).double(), rtol=1e-4, atol=1e-6
     ):
         return "your output is not the input times the weights you return"
+    if weights.numel() == x.shape[0] * x.shape[1]:
+        if _fits_with_biases(case, weights):
+            return ("your weights are SE's formula with an offset inside each layer: do your "
+                    "layers have biases? fc1 and fc2 have none here (the grader sets only "
+                    "their weights, so a bias keeps its random start)")
     return ("your weights lie in (0, 1) and scale the input, but they are not SE's: check "
             "the squeeze (an average per channel) and the excitation (first layer, ReLU, "
             "second layer, sigmoid; the layers have no biases)")
@@ -271,6 +297,9 @@ COUNT_MISTAKES = (
     Mistake("one_layer", _mlps(lambda c, r, k: c * max(1, c // r)),
             "you counted one layer of the MLP: there are two, C to the bottleneck and back "
             "to C, each with C times the bottleneck's width of weights"),
+    Mistake("no_bottleneck", _mlps(lambda c, r, k: 2 * c * c),
+            "your MLP keeps all C channels in its hidden layer: the bottleneck has C/r units "
+            "(rounded down, at least one), which is what makes it cheap"),
     Mistake("with_biases", _mlps(lambda c, r, k: _right_se(c, r, k) + max(1, c // r) + c),
             "you counted biases in the channel MLP: like the papers' formulas, its layers "
             "have none"),
@@ -288,6 +317,9 @@ COUNT_MISTAKES = (
             "two input maps only bring weights)"),
     Mistake("no_conv_bias", _counts(_right_se, _right_se, lambda c, r, k: 2 * k * k),
             "the spatial convolution has a bias too: one more parameter"),
+    Mistake("kernel_side_only", _counts(_right_se, _right_se, lambda c, r, k: 2 * k + 1),
+            "you counted k weights for each input map; a k by k kernel has k times k "
+            "weights for each of the two maps"),
     Mistake("one_map", _counts(_right_se, _right_se, lambda c, r, k: k * k + 1),
             "the spatial convolution reads two stacked maps, the channel average and the "
             "channel maximum: its kernel has k times k weights for each of them"),
