@@ -58,6 +58,8 @@ strip: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/attention_bench.py
+	$(BIN)/python benchmarks/efficient_bench.py
+	$(BIN)/python benchmarks/decoding_bench.py
 	$(BIN)/python benchmarks/grading_bench.py
 
 gpu-check: $(STAMP)

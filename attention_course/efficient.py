@@ -24,8 +24,12 @@ answers:
   (:func:`linear_attention`): linear time and memory, but a different
   (approximate) function.
 
-Two measuring helpers serve the chapter: :func:`attention_flops` counts the
-arithmetic, :func:`peak_memory` measures the memory a call really needs.
+Three measuring helpers serve the chapter: :func:`attention_flops` counts the
+arithmetic, :func:`attention_bytes` the traffic to and from memory (the two
+axes of a roofline), and :func:`peak_memory` measures the memory a call really
+needs; :func:`time_round_robin` times calls that take turns, so that their
+ratios are fair on a busy machine. :func:`block_schedule` says which blocks of
+scores the blockwise computation visits.
 
 Shapes are batch-first with heads: ``(B, H, N, d)``. Masks follow the package's
 single convention: ``True`` where attention is allowed.
@@ -35,7 +39,8 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import torch
@@ -149,23 +154,51 @@ def softmax_backward(probs: Tensor, grad_probs: Tensor,
     return grad_probs.sub_(delta.unsqueeze(-1)).mul_(probs)
 
 
+def block_schedule(num_queries: int, num_keys: int, block_size: int,
+                   is_causal: bool = False, window: int | None = None
+                   ) -> list[tuple[slice, slice]]:
+    """``(keys, rows)`` of every block of keys some query may see, in order.
+
+    The keys are cut into blocks of ``block_size`` (the last one shorter when
+    ``block_size`` does not divide ``num_keys``); ``rows`` is the slice of
+    queries that compute scores against that block. Without a mask every query
+    sees every block. With ``is_causal`` (top-left aligned) a block starting at
+    key ``j0`` is seen only by the rows ``i >= j0``, so the rows above it are
+    skipped; with a ``window`` also the rows ``i >= j0 + block_size + window -
+    1``, which see none of its keys. Blocks that no query sees are left out.
+    """
+    _check_count("num_queries", num_queries, 0)
+    _check_count("num_keys", num_keys, 0)
+    _check_count("block_size", block_size, 1)
+    if window is not None:
+        _check_count("window", window, 1)
+        if not is_causal:
+            raise ValueError(f"window={window} needs is_causal=True")
+    schedule = []
+    for start in range(0, num_keys, block_size):
+        stop = min(start + block_size, num_keys)
+        first = start if is_causal else 0
+        last = (num_queries if window is None
+                else min(num_queries, stop + window - 1))
+        if first >= last:  # no query sees this block, nor any later one
+            break
+        schedule.append((slice(start, stop), slice(first, last)))
+    return schedule
+
+
 def _key_blocks(query: Tensor, key: Tensor, is_causal: bool, block_size: int,
                 window: int | None) -> Iterator[tuple[slice, slice, Tensor]]:
-    """Yield ``(keys, rows, scores)`` for every block of keys some query
-    may see.
+    """Yield ``(keys, rows, scores)`` for every block of
+    :func:`block_schedule`.
 
-    ``query (BH, Nq, d)`` (already scaled) and ``key (BH, Nk, d)``; ``keys`` is
-    the block's slice of keys, ``rows`` the slice of query rows that see any of
-    them and ``scores = query[rows] @ key[keys]^T`` with the masked positions at
-    ``-inf``. In the causal case a block of keys starting at ``j0`` is seen only
-    by rows ``i >= j0`` (and, with a window,
-    ``i < j0 + block_size + window - 1``): the rows above are skipped.
+    ``query (BH, Nq, d)`` (already scaled) and ``key (BH, Nk, d)``;
+    ``scores = query[rows] @ key[keys]^T`` with the masked positions at
+    ``-inf``. Near the diagonal the pattern of masked positions is the same for
+    every block, so it is built once.
     """
     num_queries, num_keys = query.size(1), key.size(1)
     block_size = min(block_size, num_keys)
     if is_causal:
-        # The pattern near the diagonal is the same for every block:
-        # build it once.
         near = min(num_queries,
                    block_size + (0 if window is None else window - 1))
         if window is None:
@@ -174,19 +207,16 @@ def _key_blocks(query: Tensor, key: Tensor, is_causal: bool, block_size: int,
             allowed = sliding_window_mask(near, window, block_size,
                                           device=query.device)
         blocked = ~allowed
-    for start in range(0, num_keys, block_size):
-        stop = min(start + block_size, num_keys)
-        first = start if is_causal else 0
-        last = (num_queries if window is None
-                else min(num_queries, stop + window - 1))
-        if first >= last:  # no query sees this block, nor any later one
-            return
-        scores = query[:, first:last] @ key[:, start:stop].transpose(1, 2)
+    schedule = block_schedule(num_queries, num_keys, block_size, is_causal,
+                              window)
+    for keys, rows in schedule:
+        scores = query[:, rows] @ key[:, keys].transpose(1, 2)
         if is_causal:
             diagonal = scores[:, : blocked.size(0)]
-            diagonal.masked_fill_(blocked[: diagonal.size(1), : stop - start],
-                                  float("-inf"))
-        yield slice(start, stop), slice(first, last), scores
+            diagonal.masked_fill_(
+                blocked[: diagonal.size(1), : keys.stop - keys.start],
+                float("-inf"))
+        yield keys, rows, scores
 
 
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -251,7 +281,9 @@ def flash_attention_backward(grad_out: Tensor, query: Tensor, key: Tensor,
     head_dim = query.size(-1)
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     q, k, v = _heads_flat(query) * scale, _heads_flat(key), _heads_flat(value)
-    grad_o = _heads_flat(grad_out)
+    # The upstream gradient of a sum is an expanded view (every stride 0): the
+    # matrix products below would copy it again for every block.
+    grad_o = _heads_flat(grad_out).contiguous()
     delta = (grad_o * _heads_flat(out)).sum(dim=-1)
     lse = lse.flatten(0, 1)
     grad_q, grad_k, grad_v = (torch.zeros_like(q), torch.zeros_like(k),
@@ -463,6 +495,77 @@ def attention_flops(num_queries: int, num_keys: int, head_dim: int,
     else:
         pairs = num_queries * num_keys
     return 4 * head_dim * pairs * batch * heads
+
+
+def attention_bytes(num_queries: int, num_keys: int, head_dim: int,
+                    batch: int = 1, heads: int = 1, tiled: bool = False,
+                    block_size: int = 128, element_size: int = 4) -> int:
+    """Bytes that attention's forward pass moves between the processor and
+    main memory, at least: a model for the roofline.
+
+    Every kernel reads ``Q`` (``Nq x d``), ``K`` and ``V`` (``Nk x d``) and
+    writes ``O`` (``Nq x d``). The explicit path also writes the scores
+    ``S`` (``Nq x Nk``), reads them back for the softmax, writes the weights
+    ``P`` and reads them for ``P V``: ``4 Nq Nk`` more elements. A ``tiled``
+    kernel (a fused one, FlashAttention) keeps a block of ``block_size``
+    queries and their scores on chip and streams ``K`` and ``V`` past it, so it
+    reads ``K`` and ``V`` once per block of queries and never writes ``S`` or
+    ``P``. ``element_size`` is 4 for float32. Counts for ``batch * heads``
+    heads, without masks.
+    """
+    for name, value in (("num_queries", num_queries), ("num_keys", num_keys),
+                        ("head_dim", head_dim), ("batch", batch),
+                        ("heads", heads)):
+        _check_count(name, value, 0)
+    _check_count("block_size", block_size, 1)
+    _check_count("element_size", element_size, 1)
+    query_and_output = 2 * num_queries * head_dim
+    if tiled:
+        query_blocks = -(-num_queries // block_size)  # ceil
+        elements = query_and_output + query_blocks * 2 * num_keys * head_dim
+    else:
+        elements = (query_and_output + 2 * num_keys * head_dim
+                    + 4 * num_queries * num_keys)
+    return elements * element_size * batch * heads
+
+
+def time_round_robin(steps: Mapping[str, Callable[[], object]],
+                     repeats: int = 5, warmup: int = 1,
+                     device: torch.device | str | None = None
+                     ) -> dict[str, list[float]]:
+    """Seconds each call of each step took, the steps taking turns:
+    ``{name: [seconds of round 1, round 2, ...]}``.
+
+    Each of ``repeats`` rounds calls every step once, in an order rotated from
+    round to round, so that a machine that speeds up or slows down (a shared
+    one) affects every step alike: the ratio of two steps' times *in the same
+    round* is a fair comparison, and its median over the rounds a robust one.
+    ``warmup`` untimed rounds come first (first calls load kernels and
+    allocate). On a CUDA ``device`` each call is synchronised.
+    """
+    _check_count("repeats", repeats, 1)
+    _check_count("warmup", warmup, 0)
+    cuda = device is not None and torch.device(device).type == "cuda"
+
+    def call(step: Callable[[], object]) -> float:
+        if cuda:
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    names = list(steps)
+    for _ in range(warmup):
+        for name in names:
+            call(steps[name])
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        shift = r % max(len(names), 1)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(call(steps[name]))
+    return times
 
 
 def _resident_kib() -> tuple[int, int]:

@@ -1,0 +1,371 @@
+"""Exercise 10 (efficient attention): typical mistakes, applied to the reference solution,
+lose points with a message that names them.
+
+Every mistake the spec lists is tried on its question; then mistakes the spec does not
+list (other ways to reach the same wrong answer, and other wrong answers) must still get
+feedback a learner can act on, and other right answers must pass; then one notebook with
+a mistake in every question goes through the real, sandboxed grader.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from grading_helpers import replace_in_solution, solution_namespace, write_notebook
+
+from attention_course.grading import get_exercise, run_checks
+
+E = "10_efficient_attention"
+EXERCISE = get_exercise(E)
+MINUS_INF = float("-inf")
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The names the solution notebook defines (run once)."""
+    return solution_namespace(E)
+
+
+def judge(namespace, question_id, answer):
+    question = EXERCISE.question(question_id)
+    (result,) = run_checks(E, question.id, namespace={**namespace, question.symbol: answer})
+    return result
+
+
+def assert_named(result, *words):
+    assert result.points < result.max_points, result.message
+    for word in words:
+        assert word.lower() in result.message.lower(), (word, result.message)
+
+
+def assert_passes(result):
+    assert result.status == "passed", result.message
+
+
+# --------------------------------------------------------------------------- listed
+LISTED = [(q.id, m) for q in EXERCISE.questions for m in q.mistakes]
+
+
+@pytest.mark.parametrize(("question_id", "mistake"), LISTED,
+                         ids=[f"{q}-{m.name}" for q, m in LISTED])
+def test_every_listed_mistake_loses_points_with_its_message(reference, question_id, mistake):
+    result = judge(reference, question_id, mistake.wrong)
+    assert result.status == "failed"
+    assert_named(result, mistake.message)
+
+
+def test_messages_of_different_mistakes_differ():
+    for q in EXERCISE.questions:
+        messages = [m.message for m in q.mistakes]
+        assert len(set(messages)) == len(messages), q.id
+
+
+def test_the_solution_scores_every_point(reference):
+    results = run_checks(E, namespace=reference)
+    assert [r.status for r in results] == ["passed"] * len(results)
+    assert sum(r.points for r in results) == EXERCISE.max_score == 18
+
+
+# --------------------------------------------------------------------------- question 1
+def _merge_by_logaddexp(state_a, state_b):
+    """Right, another way: the merged log-sum-exp, then the sums rebuilt from it."""
+    m = torch.maximum(state_a["row_max"], state_b["row_max"])
+    lse = torch.logaddexp(state_a["row_max"] + state_a["row_sum"].log(),
+                          state_b["row_max"] + state_b["row_sum"].log())
+    safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    row_sum = torch.where(torch.isinf(lse), torch.zeros_like(lse), torch.exp(lse - safe))
+    acc = sum(torch.exp(s["row_max"] - safe)[:, None] * s["acc"] for s in (state_a, state_b))
+    return {"row_max": m, "row_sum": row_sum, "acc": acc}
+
+
+def _merge_nan_patched(state_a, state_b):
+    """Right: the NaN of an empty row computed, then replaced (no gradients are asked)."""
+    m = torch.maximum(state_a["row_max"], state_b["row_max"])
+    f_a = torch.exp(state_a["row_max"] - m).nan_to_num(nan=0.0)
+    f_b = torch.exp(state_b["row_max"] - m).nan_to_num(nan=0.0)
+    return {"row_max": m, "row_sum": f_a * state_a["row_sum"] + f_b * state_b["row_sum"],
+            "acc": f_a[:, None] * state_a["acc"] + f_b[:, None] * state_b["acc"]}
+
+
+@pytest.mark.parametrize("answer", [_merge_by_logaddexp, _merge_nan_patched])
+def test_other_right_merges_pass(reference, answer):
+    assert_passes(judge(reference, "q1_merge_states", answer))
+
+
+def test_merge_mistakes_not_listed(reference):
+    # the smaller maximum kept: on the first case it is the first state's maximum, and
+    # the message of that mistake says what the maximum must be
+    smaller = judge(reference, "q1_merge_states", lambda a, b: {
+        **reference["merge_states"](a, b),
+        "row_max": torch.minimum(a["row_max"], b["row_max"])})
+    assert smaller.points == 2, smaller.message
+    assert_named(smaller, "'row_max'", "must be the larger of the two")
+    # a tuple instead of a dict
+    as_tuple = judge(reference, "q1_merge_states",
+                     lambda a, b: tuple(reference["merge_states"](a, b).values()))
+    assert_named(as_tuple, "return a dict with the keys 'row_max', 'row_sum', 'acc'")
+    # the factor not broadcast over the value dimension: an error, named as one
+    no_broadcast = judge(reference, "q1_merge_states", lambda a, b: {
+        "row_max": torch.maximum(a["row_max"], b["row_max"]),
+        "row_sum": a["row_sum"] + b["row_sum"],
+        "acc": torch.exp(a["row_max"]) * a["acc"]})
+    assert_named(no_broadcast, "raised")
+
+
+# --------------------------------------------------------------------------- question 2
+def _block_backward_einsum(query, key, value, grad_out, out, lse, scale):
+    """Right, written with einsum and the softmax's derivative spelled out."""
+    probs = torch.exp(torch.einsum("bqd,bkd->bqk", query, key) * scale - lse[..., None])
+    grad_probs = torch.einsum("bqe,bke->bqk", grad_out, value)
+    delta = torch.einsum("bqe,bqe->bq", grad_out, out)[..., None]
+    grad_scores = probs * grad_probs - probs * delta
+    return {"grad_query": torch.einsum("bqk,bkd->bqd", grad_scores, key) * scale,
+            "grad_key": torch.einsum("bqk,bqd->bkd", grad_scores, query) * scale,
+            "grad_value": torch.einsum("bqk,bqe->bke", probs, grad_out)}
+
+
+def test_another_right_block_backward_passes(reference):
+    assert_passes(judge(reference, "q2_block_backward", _block_backward_einsum))
+
+
+def test_block_backward_mistakes_not_listed(reference):
+    right = reference["block_backward"]
+
+    # dV as dO^T P: the right numbers, axes the wrong way round
+    def swapped(*args):
+        probs = torch.exp(args[6] * args[0] @ args[1].transpose(-1, -2) - args[5][..., None])
+        return {**right(*args), "grad_value": args[3].transpose(-1, -2) @ probs}
+
+    result = judge(reference, "q2_block_backward", swapped)
+    assert result.points == 2
+    assert_named(result, "'grad_value'", "shape")
+
+    # a softmax over the block AND no subtracted term: two listed mistakes at once
+    def both(query, key, value, grad_out, out, lse, scale):
+        probs = torch.softmax(scale * query @ key.transpose(-1, -2), dim=-1)
+        grad_scores = probs * (grad_out @ value.transpose(-1, -2))
+        return {"grad_query": scale * grad_scores @ key,
+                "grad_key": scale * grad_scores.transpose(-1, -2) @ query,
+                "grad_value": probs.transpose(-1, -2) @ grad_out}
+
+    result = judge(reference, "q2_block_backward", both)
+    assert result.points == 0
+    assert_named(result, "'grad_value'", "a softmax over this block's keys alone")
+
+    # one over the square root of d used instead of the given scale
+    def fixed_scale(query, key, value, grad_out, out, lse, scale):
+        return right(query, key, value, grad_out, out, lse, 1 / math.sqrt(query.shape[-1]))
+
+    result = judge(reference, "q2_block_backward", fixed_scale)
+    assert result.points == 0 and "scale 0.7" in result.message, result.message
+
+
+# --------------------------------------------------------------------------- question 3
+def _count_closed_form(n, block_size):
+    """Right, in closed form: full blocks, then the last one."""
+    full = n // block_size
+    computed = block_size * sum(n - t * block_size for t in range(full))
+    rest = n - full * block_size
+    computed += rest * rest
+    return {"computed": computed, "masked": computed - n * (n + 1) // 2}
+
+
+def test_closed_form_count_passes(reference):
+    assert_passes(judge(reference, "q3_scores_computed", _count_closed_form))
+
+
+def test_count_mistakes_not_listed(reference):
+    # tiles of queries AND keys, the diagonal tiles and those below: the same scores
+    # (a key block's rows from its first key on are the query tiles at or below it)
+    def query_tiles(n, b):
+        tiles = range(0, n, b)
+        computed = sum(min(b, n - i) * min(b, n - j) for i in tiles for j in tiles if j <= i)
+        return {"computed": computed, "masked": computed - n * (n + 1) // 2}
+
+    assert_passes(judge(reference, "q3_scores_computed", query_tiles))
+    # one row too few per block
+    result = judge(reference, "q3_scores_computed", lambda n, b: {
+        "computed": sum(min(b, n - s) * (n - s - 1) for s in range(0, n, b)),
+        "masked": reference["causal_scores_computed"](n, b)["masked"]})
+    assert result.points == 1
+    assert_named(result, "'computed'", "too small")
+
+
+# --------------------------------------------------------------------------- question 4
+def test_prediction_not_among_the_choices(reference):
+    result = judge(reference, "q4_predict_memory",
+                   lambda: {"explicit": "4x", "blockwise": "about 2x", "fused": "about 2x"})
+    assert_named(result, "'4x' is not one of the choices", "'about 4x'")
+
+
+def test_every_part_of_a_prediction_is_judged_on_its_own(reference):
+    result = judge(reference, "q4_predict_memory",
+                   lambda: {"explicit": "about 2x", "blockwise": "about 4x",
+                            "fused": "about 2x"})
+    assert result.points == 1
+    assert_named(result, "an N by N matrix grows fourfold",
+                 "never holds more than one block")
+
+
+# --------------------------------------------------------------------------- question 5
+def _window_errors_with(mask, reference_kwargs=None, denominator="exact", as_list=False):
+    def window_errors(query, key, value, windows):
+        n = query.shape[-2]
+        exact = F.scaled_dot_product_attention(query, key, value,
+                                               **(reference_kwargs or {"is_causal": True}))
+        errors = []
+        for w in windows:
+            approx = F.scaled_dot_product_attention(query, key, value, attn_mask=mask(n, w))
+            norm = exact.norm() if denominator == "exact" else 1.0
+            errors.append(float((approx - exact).norm() / norm))
+        below = [w for w, e in zip(windows, errors, strict=True) if e < 0.1]
+        return {"errors": errors if as_list else torch.tensor(errors),
+                "smallest": min(below) if below else 0}
+
+    return window_errors
+
+
+def _triu_window(n, w):
+    """One key too many, built another way: tril, then triu(-w) keeps j >= i - w."""
+    return torch.ones(n, n, dtype=torch.bool).tril().triu(-w)
+
+
+def _right_window(n, w):
+    return torch.ones(n, n, dtype=torch.bool).tril().triu(1 - w)
+
+
+def test_window_experiment_right_in_float32_passes(reference):
+    def float32(query, key, value, windows):
+        answer = reference["window_errors"](query.float(), key.float(), value.float(), windows)
+        return {"errors": answer["errors"].double(), "smallest": answer["smallest"]}
+
+    assert_passes(judge(reference, "q5_window_errors", float32))
+    assert_passes(judge(reference, "q5_window_errors", _window_errors_with(_right_window)))
+
+
+def test_window_mistakes_not_listed(reference):
+    # the one-key-too-many window reached another way is still named
+    result = judge(reference, "q5_window_errors", _window_errors_with(_triu_window))
+    assert_named(result, "one key too many")
+    # the errors as a Python list
+    result = judge(reference, "q5_window_errors",
+                   _window_errors_with(_right_window, as_list=True))
+    assert result.points == 1
+    assert_named(result, "'errors'", "expected a tensor")
+    # no mask at all: every window gives the non-causal answer, and the reference is causal
+    result = judge(reference, "q5_window_errors",
+                   _window_errors_with(lambda n, w: None))
+    assert result.points == 0
+    assert_named(result, "'errors'")
+
+
+# --------------------------------------------------------------------------- question 6
+def test_debug_question_other_fixes(reference):
+    broken = reference["blockwise_attention"]
+
+    def rewritten(query, key, value, block_size):
+        return F.scaled_dot_product_attention(query, key, value)
+
+    assert_passes(judge(reference, "q6_fix_blockwise", rewritten))
+
+    def detached(query, key, value, block_size):
+        return broken(query, key, value, block_size).detach()
+
+    assert_named(judge(reference, "q6_fix_blockwise", detached), "gradients")
+
+    def ceil_loop(query, key, value, block_size):
+        """Right: the blocks counted with a ceiling."""
+        scale = 1 / math.sqrt(query.shape[-1])
+        m = torch.full(query.shape[:-1], MINUS_INF, dtype=query.dtype)
+        s = torch.zeros(query.shape[:-1], dtype=query.dtype)
+        a = torch.zeros(*query.shape[:-1], value.shape[-1], dtype=query.dtype)
+        for block in range(math.ceil(key.shape[-2] / block_size)):
+            keys = slice(block * block_size, (block + 1) * block_size)
+            scores = scale * query @ key[..., keys, :].transpose(-1, -2)
+            new = torch.maximum(m, scores.amax(-1))
+            p = torch.exp(scores - new[..., None])
+            s = torch.exp(m - new) * s + p.sum(-1)
+            a = torch.exp(m - new)[..., None] * a + p @ value[..., keys, :]
+            m = new
+        return a / s[..., None]
+
+    assert_passes(judge(reference, "q6_fix_blockwise", ceil_loop))
+
+
+@pytest.mark.parametrize(("old", "new", "words"), [
+    # one bug fixed, the other not
+    ("rescale * row_sum + probs.sum(dim=-1)  # rescaled", "row_sum + probs.sum(dim=-1)  # rescaled",
+     ["running sum is still not rescaled"]),
+    ("range(0, n_keys, block_size):  # every key",
+     "range(0, n_keys // block_size * block_size, block_size):  # every",
+     ["the last, shorter block"]),
+    # a loop one block too long: an empty block of scores has no maximum
+    ("range(0, n_keys, block_size):  # every key",
+     "range(0, n_keys + block_size, block_size):  # every", ["raised"]),
+])
+def test_one_line_edits_of_the_debugged_code_are_named(old, new, words):
+    namespace: dict = {"__name__": "__main__"}
+    for source in replace_in_solution(E, old, new):
+        exec(compile(source, "edited solution", "exec"), namespace)
+    (result,) = run_checks(E, "q6_fix_blockwise", namespace=namespace)
+    assert_named(result, *words)
+
+
+# --------------------------------------------------------------------------- the grader
+MISTAKES_IN_EVERY_QUESTION = [
+    # q1: only the first state rescaled
+    ('        factor = torch.exp(state["row_max"] - safe_max)',
+     '        factor = (torch.exp(state["row_max"] - safe_max) if state is state_a\n'
+     '                  else torch.ones_like(safe_max))'),
+    # q2: D from the block's own weights
+    ("    delta = (grad_out * out).sum(dim=-1, keepdim=True)",
+     "    delta = (probs * (grad_out @ value.transpose(-1, -2))).sum(dim=-1, keepdim=True)"),
+    # q3: every row computes every block
+    ("        rows = n - start  # queries", "        rows = n  # queries"),
+    # q4: the blockwise path thought quadratic
+    ('"blockwise": "about 2x"', '"blockwise": "about 4x"'),
+    # q5: compared with non-causal attention
+    ("    exact = F.scaled_dot_product_attention(query, key, value, is_causal=True)",
+     "    exact = F.scaled_dot_product_attention(query, key, value)"),
+    # q6: the sum not rescaled
+    ("        row_sum = rescale * row_sum + probs.sum(dim=-1)",
+     "        row_sum = row_sum + probs.sum(dim=-1)"),
+]
+
+
+def _solution_with(edits):
+    """The solution's code cells with every ``(old, new)`` edit made (each exactly once)."""
+    (old, new), *rest = edits
+    cells = replace_in_solution(E, old, new)
+    for old, new in rest:
+        joined = "\n\x00\n".join(cells)
+        assert joined.count(old) == 1, old
+        cells = joined.replace(old, new).split("\n\x00\n")
+    return cells
+
+
+GRADED = {  # question: (points left, words of the message)
+    "q1_merge_states": (1, "only the first state is brought to the new maximum"),
+    "q2_block_backward": (1, "computed D from this block's weights alone"),
+    "q3_scores_computed": (0, "the rows above it are skipped"),
+    "q4_predict_memory": (2, "never holds more than one block"),
+    "q5_window_errors": (0, "also sees the later keys"),
+    "q6_fix_blockwise": (0, "running sum is still not rescaled"),
+}
+
+
+def test_the_grader_names_a_mistake_in_every_question(tmp_path):
+    from attention_course.grading.grader import grade_notebook
+    from attention_course.grading.sandbox import Limits
+
+    path = write_notebook(tmp_path / "student.ipynb", _solution_with(MISTAKES_IN_EVERY_QUESTION),
+                          exercise=E)
+    record = grade_notebook(path, limits=Limits(timeout=60))
+    assert record.error is None and record.notebook_errors == []
+    messages = {q.id: (q.points, q.message) for q in record.questions}
+    for qid, (points, words) in GRADED.items():
+        assert messages[qid][0] == points and words in messages[qid][1], (qid, messages[qid])
+    assert (record.score, record.max_score) == (4, 18)
