@@ -286,9 +286,8 @@ def test_each_bug_of_the_starter_is_caught(stage):
     cells = _learner_with_q1_solved()
     (index,) = [i for i, c in enumerate(cells) if "class LearnableBandwidthPooling" in c]
     source = cells[index]
-    for old, new in [('        raise NotImplementedError(\n'
-                      '            "delete this line, then run the cell below the class"\n'
-                      '        )\n', ""), *changes]:
+    for old, new in [('        raise NotImplementedError('
+                      '"delete this line, then run the cell below")\n', ""), *changes]:
         assert source.count(old) == 1, old
         source = source.replace(old, new)
     cells[index] = source

@@ -344,9 +344,8 @@ def test_the_starter_code_is_the_unfixed_mistake():
     """The learner's starter, run as it is but without its first line, scores 0 and names
     all three bugs."""
     learner = dict(_solution())  # the reference's names, then the starter's cell
-    raise_statement = ('    raise NotImplementedError(\n'
-                       '        "find the three bugs below and fix them, then delete this line"\n'
-                       '    )\n')
+    raise_statement = ('    raise NotImplementedError('
+                       '"fix the three bugs, then delete this line")\n')
     starter = _starter_source()
     assert starter.count(raise_statement) == 1
     source = starter.replace(raise_statement, "")
