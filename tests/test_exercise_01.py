@@ -161,7 +161,11 @@ FORWARD = (
     "        return torch.softmax(scores, dim=-1) @ values\n"
 )
 EXP = "self.log_bandwidth.exp()\n        scores"  # the bandwidth, in forward
-INIT = "        self.log_bandwidth = nn.Parameter(torch.tensor(math.log(init_bandwidth)))\n"
+INIT = (
+    "        self.log_bandwidth = nn.Parameter(\n"
+    "            torch.tensor(math.log(init_bandwidth))\n"
+    "        )\n"
+)
 WEIGHTS_THEN_LEAVE_OUT = (
     "        bandwidth = self.log_bandwidth.exp()\n"
     "        weights = gaussian_weights(queries, keys, bandwidth)\n"
@@ -202,9 +206,9 @@ MODULE_MISTAKES = {
               "before training your module's bandwidth is 0.7401, where init_bandwidth is 0.5"),
     "log of h squared": ([("math.log(init_bandwidth)", "math.log(init_bandwidth**2)")],
                          "__init__ must store the logarithm of init_bandwidth"),
-    "requires_grad=False": ([("nn.Parameter(torch.tensor(math.log(init_bandwidth)))",
-                              "nn.Parameter(torch.tensor(math.log(init_bandwidth)), "
-                              "requires_grad=False)")], "does not require grad"),
+    "requires_grad=False": ([("torch.tensor(math.log(init_bandwidth))\n        )",
+                              "torch.tensor(math.log(init_bandwidth)), "
+                              "requires_grad=False\n        )")], "does not require grad"),
     "masked with +inf": ([("masked_fill(itself, -math.inf)", "masked_fill(itself, math.inf)")],
                          "look for a division by zero or an overflow"),
     "renamed parameter": ([("self.log_bandwidth = nn.Parameter", "self.log_h = nn.Parameter"),
@@ -282,8 +286,8 @@ def test_each_bug_of_the_starter_is_caught(stage):
     cells = _learner_with_q1_solved()
     (index,) = [i for i, c in enumerate(cells) if "class LearnableBandwidthPooling" in c]
     source = cells[index]
-    for old, new in [('        raise NotImplementedError("delete this line, then run the cell '
-                      'below the class")\n', ""), *changes]:
+    for old, new in [('        raise NotImplementedError('
+                      '"delete this line, then run the cell below")\n', ""), *changes]:
         assert source.count(old) == 1, old
         source = source.replace(old, new)
     cells[index] = source

@@ -396,9 +396,11 @@ def test_hit_rates_says_when_the_cosine_it_calls_is_what_fails():
 def test_the_learners_starter_is_recognised_once_its_raise_line_is_gone():
     cells = notebook_cells(ROOT / "exercises" / f"{EXERCISE}.ipynb")
     (starter,) = [c for c in cells if c.startswith("def cosine_score")]
-    lines = [line for line in starter.splitlines() if "raise NotImplementedError" not in line]
+    raise_statement = ('    raise NotImplementedError('
+                       '"delete this line, then fix the two bugs")\n')
+    assert starter.count(raise_statement) == 1
     namespace: dict = {"torch": torch}
-    exec("\n".join(lines), namespace)
+    exec(starter.replace(raise_statement, ""), namespace)
     result = feedback("q2_cosine_debug", namespace["cosine_score"])
     assert "across the sequence" in result.message
     assert "held-back" not in result.message  # a visible case shows it

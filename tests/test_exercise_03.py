@@ -404,8 +404,9 @@ ONE_LINE_EDITS = [
     # the maximum taken over the queries
     ("q1_masked_softmax", "return exp / torch.where(total > 0, total, torch.ones_like(total))",
      "return exp / total", ["came out NaN", "0/0"]),
-    ("q1_masked_softmax", "    row_max = torch.where(torch.isfinite(row_max), row_max, "
-     "torch.zeros_like(row_max))\n", "", ["came out NaN"]),
+    ("q1_masked_softmax", "    row_max = torch.where(\n"
+     "        torch.isfinite(row_max), row_max, torch.zeros_like(row_max)\n    )\n", "",
+     ["came out NaN"]),
     ("q1_masked_softmax", "filled = scores.masked_fill(~allowed, -math.inf)",
      "filled = scores.masked_fill(~allowed, -1e9)", ["came out uniform"]),
     ("q1_masked_softmax", "allowed = torch.arange(scores.shape[-1]) < lens",
@@ -420,9 +421,9 @@ ONE_LINE_EDITS = [
     # q3: the second masked_fill inverted; the scale left as it was
     ("q3_fix_attention", ".masked_fill(~attn_mask, 0.0)", ".masked_fill(attn_mask, 0.0)",
      ["is 0, but that key is allowed"]),
-    ("q3_fix_attention", "math.sqrt(query.shape[-1])  # bug 2", "math.sqrt(value.shape[-1])  #",
+    ("q3_fix_attention", "math.sqrt(query.shape[-1])\n", "math.sqrt(value.shape[-1])\n",
      ["square root of the value dimension"]),
-    ("q3_fix_attention", "math.sqrt(query.shape[-1])  # bug 2", "query.shape[-1]  #",
+    ("q3_fix_attention", "math.sqrt(query.shape[-1])\n", "query.shape[-1]\n",
      ["divided by d, not by its square root"]),
     # q5
     ("q5_cached_causal_mask", "tril(num_keys - n)\n", "tril(n - num_keys)\n",
@@ -430,18 +431,18 @@ ONE_LINE_EDITS = [
     ("q5_cached_causal_mask", "dtype=torch.bool).tril(num_keys", "dtype=torch.int64).tril(num_keys",
      ["stored as numbers"]),
     # q6
-    ("q6_count_allowed", "+ (n - L) * L  #", "+ (n - L) * (L + 1)  #", ["own position"]),
+    ("q6_count_allowed", "+ (n - L) * L\n", "+ (n - L) * (L + 1)\n", ["own position"]),
     ("q6_count_allowed", "empty_rows_left += n - L  #", "empty_rows_left += L  #",
      ["counted the real queries"]),
     # listed since the red-team pass
     ("q2_padding_mask", "positions = torch.arange(max_len)",
      "positions = torch.arange(int(valid_lens.max()))", ["as wide as the longest valid length"]),
-    ("q3_fix_attention", "math.sqrt(query.shape[-1])  # bug 2", "math.sqrt(key.shape[-2])  #",
+    ("q3_fix_attention", "math.sqrt(query.shape[-1])\n", "math.sqrt(key.shape[-2])\n",
      ["square root of the number of keys"]),
     ("q6_count_allowed", "pairs_right += L * (L + 1) // 2 +", "pairs_right += L * L // 2 +",
      ["half of L squared"]),
-    ("q6_count_allowed", "pairs_left += L * (L + 1) // 2  #",
-     "pairs_left += L * (L + 1) // 2 + (n - L) * (n - L + 1) // 2  #",
+    ("q6_count_allowed", "pairs_left += L * (L + 1) // 2\n",
+     "pairs_left += L * (L + 1) // 2 + (n - L) * (n - L + 1) // 2\n",
      ["see the padding before it"]),
 ]
 
@@ -459,14 +460,14 @@ def test_one_line_edits_of_the_solution_are_named(capsys, question_id, old, new,
 # --------------------------------------------------------------------------- the grader
 MISTAKES_IN_EVERY_QUESTION = [
     # q1: a large negative fill instead of -inf and the careful softmax
-    ("    filled = scores.masked_fill(~allowed, -math.inf)\n    row_max",
-     "    return torch.softmax(scores.masked_fill(~allowed, -1e9), dim=-1)\n    row_max"),
+    ("    filled = scores.masked_fill(~allowed, -math.inf)\n    # -inf",
+     "    return torch.softmax(scores.masked_fill(~allowed, -1e9), dim=-1)\n    # -inf"),
     # q2: a float mask
     ("        return positions < lens  # real tokens first",
      "        return (positions < lens).float()  # real tokens first"),
     # q3: only the scale fixed
-    ("    weights = torch.softmax(scores, dim=-1).masked_fill(~attn_mask, 0.0)  # bug 1",
-     "    weights = torch.softmax(scores, dim=-1)  # bug 1"),
+    ("    weights = torch.softmax(scores, dim=-1).masked_fill(~attn_mask, 0.0)\n",
+     "    weights = torch.softmax(scores, dim=-1)\n"),
     # q4: one wrong prediction
     ('    return {"careful_a": "only the padding",',
      '    return {"careful_a": "only the real tokens",'),

@@ -228,8 +228,9 @@ def test_the_starter_code_is_the_unchanged_mistake():
                  if c["cell_type"] == "code" and "def luong_step" in "".join(c["source"])]
     assert "raise NotImplementedError" in source
     namespace = {"torch": torch}
-    exec(source.replace('    raise NotImplementedError("delete this line, then fix the three '
-                        'bugs below")\n', ""), namespace)
+    exec(source.replace('    raise NotImplementedError('
+                        '"delete this line, then fix the three bugs")\n', ""),
+         namespace)
     assert_named(judge("q2_luong", namespace["luong_step"]), "code as it was given")
 
 

@@ -64,14 +64,14 @@ SHIFT_LOWER = "    m[two_i + 1, two_i] = -sin"
 EMBED_SCALE = "x = embedding[ids] * math.sqrt(embedding.shape[1])"
 EMBED_TABLE = "return x + pe_table[: ids.shape[1]]"
 MASK_RETURN = "return real_keys & causal"
-TRIANGLE = "causal = torch.ones(length, length, dtype=torch.bool).tril()    #"
+TRIANGLE = "# (T, T): s <= t\n    causal = torch.ones(length, length, dtype=torch.bool).tril()"
 ATTEND = "attended, _ = self.self_attn(x, x, x, attn_mask=src_mask)"
 FIRST_ADD = "x = self.norm1(x + attended)"
 SECOND_ADD = "return self.norm2(x + self.linear2(torch.relu(self.linear1(x))))"
 GAP = "return (moved - original[:, perm]).abs().max().item()"
-PADDING_RUN = "gap(layer(x[:, perm], real[:, perm][:, None, None, :]),"
-TABLE_RUN = "gap(layer(x[:, perm] + table), layer(x + table))"
-GAP_TRIANGLE = "causal = torch.ones(length, length, dtype=torch.bool).tril()\n"
+PADDING_RUN = "layer(x[:, perm], real[:, perm][:, None, None, :]),"
+TABLE_RUN = "layer(x[:, perm] + table), layer(x + table)"
+GAP_TRIANGLE = "causal = torch.ones(length, length, dtype=torch.bool).tril()\n\n"
 
 
 # (question, mistake named in the spec, changes to the solution)
@@ -184,9 +184,9 @@ LISTED = [
     ("q7_permutation_gaps", "inverse_permutation",
      [(GAP, "return (moved - original[:, torch.argsort(perm)]).abs().max().item()")]),
     ("q7_permutation_gaps", "table_travels",
-     [(TABLE_RUN, "gap(layer((x + table)[:, perm]), layer(x + table))")]),
+     [(TABLE_RUN, "layer((x + table)[:, perm]), layer(x + table)")]),
     ("q7_permutation_gaps", "table_on_moved_input_only",
-     [(TABLE_RUN, "gap(layer(x[:, perm] + table), layer(x))")]),
+     [(TABLE_RUN, "layer(x[:, perm] + table), layer(x)")]),
     ("q7_permutation_gaps", "causal_mask_upper",
      [(GAP_TRIANGLE, GAP_TRIANGLE.replace("tril", "triu"))]),
     ("q7_permutation_gaps", "causal_mask_inverted",
@@ -197,7 +197,7 @@ LISTED = [
     ("q7_permutation_gaps", "mean_gap", [(GAP, GAP.replace(".max()", ".mean()"))]),
     ("q7_permutation_gaps", "signed_gap", [(GAP, GAP.replace(".abs()", ""))]),
     ("q7_permutation_gaps", "mask_not_permuted",
-     [(PADDING_RUN, "gap(layer(x[:, perm], real[:, None, None, :]),")]),
+     [(PADDING_RUN, "layer(x[:, perm], real[:, None, None, :]),")]),
     ("q8_predict_tasks", "copy_impossible", [('"copy": "possible"', '"copy": "impossible"')]),
     ("q8_predict_tasks", "reverse_possible",
      [('"reverse": "impossible"', '"reverse": "possible"')]),
@@ -233,7 +233,7 @@ def test_listed_mistake_is_named(question, mistake, changes):
 
 def test_partial_credit_keeps_the_right_parts():
     result = feedback("q7_permutation_gaps",
-                      (TABLE_RUN, "gap(layer((x + table)[:, perm]), layer(x + table))"))
+                      (TABLE_RUN, "layer((x + table)[:, perm]), layer(x + table)"))
     assert (result.points, result.max_points) == (2, 3)
     assert result.message.startswith("'positional_encoding'")
     result = feedback("q8_predict_tasks", ('"reverse": "impossible"', '"reverse": "possible"'),
@@ -398,7 +398,7 @@ def test_unlisted_answer_outside_the_choices_lists_them():
 
 
 def test_unlisted_missing_key_names_the_keys():
-    result = feedback("q8_predict_tasks", ('"copy": "possible", ', ""))
+    result = feedback("q8_predict_tasks", ('"copy": "possible",\n', ""))
     assert "return a dict with the keys 'copy', 'reverse', 'largest', 'previous'" in result.message
 
 

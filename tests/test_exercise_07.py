@@ -344,8 +344,11 @@ def test_the_starter_code_is_the_unfixed_mistake():
     """The learner's starter, run as it is but without its first line, scores 0 and names
     all three bugs."""
     learner = dict(_solution())  # the reference's names, then the starter's cell
-    source = "\n".join(line for line in _starter_source().splitlines()
-                       if "raise NotImplementedError" not in line)
+    raise_statement = ('    raise NotImplementedError('
+                       '"fix the three bugs, then delete this line")\n')
+    starter = _starter_source()
+    assert starter.count(raise_statement) == 1
+    source = starter.replace(raise_statement, "")
     exec(compile(source, "starter", "exec"), learner)
     result = feedback("q5_debug_cbam", learner["cbam"])
     assert result.points == 0 and "none of the three bugs is fixed yet" in result.message
@@ -484,8 +487,8 @@ def server():
 
 def test_the_grader_names_mistakes_in_a_submitted_notebook(tmp_path, server):
     cells = replace_in_solution(
-        EX, "stacked = torch.cat([x.mean(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)]",
-        "stacked = torch.cat([x.amax(dim=1, keepdim=True), x.mean(dim=1, keepdim=True)]")
+        EX, "[x.mean(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)], dim=1\n    )\n    return",
+        "[x.amax(dim=1, keepdim=True), x.mean(dim=1, keepdim=True)], dim=1\n    )\n    return")
     for old, new in [('"cbam_spatial_map": "shifted"', '"cbam_spatial_map": "unchanged"'),
                      ("maximum = x.amax(dim=(2, 3))", "maximum = x.amax(dim=(0, 2, 3))")]:
         assert sum(cell.count(old) for cell in cells) == 1, old
