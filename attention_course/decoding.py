@@ -27,6 +27,8 @@ and ``max_len``.
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -133,6 +135,52 @@ def kv_cache_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int,
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     return 2 * num_layers * num_kv_heads * head_dim * dtype.itemsize
+
+
+@torch.no_grad()
+def step_times(model, src_ids: Tensor, bos_id: int, num_tokens: int,
+               use_cache: bool = True) -> Tensor:
+    """Seconds spent on each generated token, float64 ``(num_tokens,)``.
+
+    Greedy decoding (``model.generate``) with an ``eos_id`` that no model
+    produces, so that every row runs ``num_tokens`` steps. The clock is read
+    each time a next token is picked: entry ``t`` is the time of step ``t``
+    (entry 0 includes the encoder's run).
+    """
+    if not 1 <= num_tokens <= model.max_len - 1:
+        raise ValueError(f"num_tokens must be in 1..max_len - 1 = "
+                         f"{model.max_len - 1}, got {num_tokens}")
+    stamps: list[float] = []
+
+    def pick(logits: Tensor) -> Tensor:
+        if logits.is_cuda:  # wait for the step to finish before reading the clock
+            torch.cuda.synchronize(logits.device)
+        stamps.append(time.perf_counter())
+        return logits.argmax(-1)
+
+    start = time.perf_counter()
+    model.generate(src_ids, bos_id, -1, pick, num_tokens, use_cache)
+    return torch.tensor([start, *stamps], dtype=torch.float64).diff()
+
+
+@torch.no_grad()
+def sequence_log_probs(model, src_ids: Tensor, ids: Tensor,
+                       bos_id: int) -> Tensor:
+    """The summed log-probability the model gives to each output: ``(B,)``.
+
+    ``ids (B, L)`` as decoding returns them (each row's tokens, ``<eos>``,
+    then ``pad_id``; a reference's ``tgt_out`` has the same form). One
+    teacher-forced pass reads ``<bos>`` and the tokens; positions holding
+    ``pad_id`` are not counted.
+    """
+    if ids.dim() != 2 or ids.size(0) != src_ids.size(0):
+        raise ValueError(f"ids must be (B, L) with the B of src_ids "
+                         f"{tuple(src_ids.shape)}, got {tuple(ids.shape)}")
+    bos = torch.full_like(ids[:, :1], bos_id)
+    logits = model(src_ids, torch.cat([bos, ids[:, :-1]], dim=1))
+    log_probs = F.log_softmax(logits.float(), dim=-1)
+    chosen = log_probs.gather(-1, ids[..., None])[..., 0]
+    return chosen.masked_fill(ids == model.pad_id, 0.0).sum(-1)
 
 
 # ---------------------------------------------------------------- sampling
