@@ -379,3 +379,128 @@ def plot_runs(
     fig = ax.figure
     fig.tight_layout()
     return fig
+
+
+# Okabe and Ito's colours, told apart by colour-blind readers too (blue,
+# orange, bluish green, reddish purple, sky blue, vermillion), with a line
+# style and a marker per series, so that series differ by more than colour.
+COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
+LINE_STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def plot_curves(
+    runs: Mapping[str, Sequence[tuple[Sequence[float], Sequence[float]]]],
+    *,
+    xlabel: str = "step",
+    ylabel: str = "validation loss",
+    log: bool = False,
+    title: str | None = None,
+) -> Figure:
+    """Curves of several runs (seeds) of several conditions, and the figure.
+
+    ``runs`` maps a condition's name to its runs, each ``(x, y)`` (steps and
+    values). The runs of one condition share a colour, a line style and a
+    marker; each condition is named at the end of its curves (the mean of
+    its runs' last values) as well as in the legend.
+    """
+    if not runs or any(len(curves) == 0 for curves in runs.values()):
+        raise ValueError("runs must map each condition to at least one "
+                         "(x, y) run")
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for i, (name, curves) in enumerate(runs.items()):
+        style = dict(color=COLOURS[i % len(COLOURS)],
+                     linestyle=LINE_STYLES[i % len(LINE_STYLES)],
+                     marker=MARKERS[i % len(MARKERS)],
+                     markersize=3.5, linewidth=1.2, alpha=0.85)
+        ends = []
+        for k, (x, y) in enumerate(curves):
+            x, y = np.asarray(x, float), np.asarray(y, float)
+            if x.shape != y.shape or x.ndim != 1:
+                raise ValueError(
+                    f"run {k} of {name!r}: x and y must be 1-D and of one "
+                    f"length, got shapes {x.shape} and {y.shape}"
+                )
+            ax.plot(x, y, label=name if k == 0 else None, **style)
+            ends.append((x[-1], y[-1]))
+        end_x = max(e[0] for e in ends)
+        end_y = float(np.mean([e[1] for e in ends]))
+        ax.annotate(name, (end_x, end_y), xytext=(6, 0),
+                    textcoords="offset points", va="center", fontsize=8,
+                    color=style["color"])
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title or "",
+           yscale="log" if log else "linear")
+    ax.margins(x=0.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def plot_mean_std(
+    curves: dict[str, torch.Tensor | np.ndarray],
+    *,
+    x: Sequence[float] | None = None,
+    xlabel: str = "",
+    ylabel: str = "",
+    title: str | None = None,
+    mark: float | None = None,
+    mark_label: str = "",
+    ylim: tuple[float, float] | None = None,
+    markevery: int | None = None,
+    ax: plt.Axes | None = None,
+) -> Figure:
+    """Curves over several runs (seeds), ``{name: values (runs, points)}``:
+    the mean as a line, mean +- one (sample) standard deviation as a band,
+    and every run faintly.
+
+    Each name gets its own colour (:data:`COLOURS`), marker and line style,
+    so that curves stay apart without colour, and a legend entry
+    that says how many runs it has. ``x`` gives the points' positions
+    (default 1, 2, ...); ``mark`` draws a dotted vertical line there, labelled
+    ``mark_label`` at its foot. Draws into ``ax`` when given; returns the
+    figure.
+    """
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7.5, 4.0), layout="constrained")
+    else:
+        fig = ax.figure
+    for index, (name, values) in enumerate(curves.items()):
+        y = _as_numpy(values)
+        if y.ndim == 1:
+            y = y[None]
+        if y.ndim != 2:
+            raise ValueError(f"curves[{name!r}] must be (runs, points); got "
+                             f"shape {y.shape}")
+        xs = np.arange(1, y.shape[1] + 1) if x is None else np.asarray(x)
+        if len(xs) != y.shape[1]:
+            raise ValueError(f"x has {len(xs)} points but curves[{name!r}] "
+                             f"has {y.shape[1]}")
+        colour = COLOURS[index % len(COLOURS)]
+        style = LINE_STYLES[index % len(LINE_STYLES)]
+        marker = MARKERS[index % len(MARKERS)]
+        mean = y.mean(0)
+        std = y.std(0, ddof=1) if len(y) > 1 else np.zeros_like(mean)
+        ax.fill_between(xs, mean - std, mean + std, color=colour, alpha=0.2,
+                        linewidth=0)
+        for run in y:
+            ax.plot(xs, run, color=colour, alpha=0.25, linewidth=0.8)
+        ax.plot(xs, mean, color=colour, linestyle=style, marker=marker,
+                markevery=markevery, markersize=5,
+                label=f"{name} ({len(y)} runs)")
+    if mark is not None:
+        ax.axvline(mark, color="0.4", linestyle=":", linewidth=1.2)
+        if mark_label:
+            ax.annotate(mark_label, (mark, 0),
+                        xycoords=("data", "axes fraction"), xytext=(4, 4),
+                        textcoords="offset points", ha="left", va="bottom",
+                        fontsize=9, color="0.3")
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(safe_text(title))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=9)
+    return fig

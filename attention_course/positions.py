@@ -1,14 +1,14 @@
 """Chapter 8: where am I? Position information, and how far it reaches.
 
-Attention alone does not see order: permute the keys and values together and
-every query's output stays the same. A model learns where tokens are in one of
-two ways.
+Attention alone does not see order: permute the keys and values together
+and every query's output stays the same. A model learns where tokens are in
+one of two ways.
 
-* **Absolute** positions are added to the token embeddings: the sinusoidal table
-  of Vaswani et al. 2017
+* **Absolute** positions are added to the token embeddings: the sinusoidal
+  table of Vaswani et al. 2017
   (:func:`attention_course.transformer.sinusoidal_positional_encoding`) or a
-  learned table (:class:`LearnedPositionalEmbedding`, Gehring et al. 2017; BERT,
-  GPT-2), which has no row for a position beyond ``max_len``.
+  learned table (:class:`LearnedPositionalEmbedding`, Gehring et al. 2017;
+  BERT, GPT-2), which has no row for a position beyond ``max_len``.
 * **Relative** positions enter attention itself. Rotary embeddings
   (RoPE, Su et al. 2021, :func:`rotary_embedding`) rotate queries and keys so
   that a score ``q . k`` depends on the offset ``p - s`` between their
@@ -21,18 +21,29 @@ two ways.
 :class:`attention_course.multihead.MultiHeadAttention` takes
 ``positional="rope"`` or ``"alibi"``, and
 :class:`attention_course.transformer.Transformer` takes
-``positional="sinusoidal" | "learned" | "rope" | "alibi" | "none"``. Shapes are
-batch-first; a float bias is added to the scores, ``-inf`` removes a position.
+``positional="sinusoidal" | "learned" | "rope" | "alibi" | "none"``.
+Shapes are batch-first; a float bias is added to the scores, ``-inf`` removes
+a position.
+
+The experiment of the chapter (:func:`length_extrapolation`) trains a small
+decoder-only model (:class:`CausalTransformer`) with each scheme on short
+sequences of a task where the nearest match wins
+(:func:`latest_value_task`), and tests it on longer ones.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from attention_course.masking import query_start
+from attention_course.training import to_device, train
 
 
 def rotary_embedding(x: Tensor, positions: Tensor | None = None,
@@ -41,23 +52,25 @@ def rotary_embedding(x: Tensor, positions: Tensor | None = None,
     position (RoPE).
 
     Features are paired as **adjacent pairs** ``(x[2i], x[2i+1])``,
-    ``i = 0 .. d/2 - 1``, as in the derivation of Su et al., where pair ``i`` is
-    the complex number ``x[2i] + 1j * x[2i+1]``; the pair at position ``p`` is
-    turned by the angle ``p * theta_i`` with ``theta_i = base^(-2i/d)``::
+    ``i = 0 .. d/2 - 1``, as in the derivation of Su et al., where pair
+    ``i`` is the complex number ``x[2i] + 1j * x[2i+1]``; the pair at
+    position ``p`` is turned by the angle ``p * theta_i`` with
+    ``theta_i = base^(-2i/d)``::
 
         out[2i]     = x[2i] cos(p theta_i) - x[2i+1] sin(p theta_i)
         out[2i + 1] = x[2i] sin(p theta_i) + x[2i+1] cos(p theta_i)
 
-    (Many code bases pair ``x[i]`` with ``x[i + d/2]`` instead, "rotate half":
-    the same rotations of permuted features, so weights do not carry over
-    between the two.)
+    (Many code bases pair ``x[i]`` with ``x[i + d/2]`` instead, "rotate
+    half": the same rotations of permuted features, so weights do not carry
+    over between the two.)
 
     ``positions`` defaults to ``0 .. N-1``; otherwise a tensor (integer or
-    float) broadcastable to ``x.shape[:-1]``, e.g. ``(N,)`` or ``(B, 1, N)`` for
-    per-sequence positions. Position 0 is the identity, norms are kept, and
-    since rotations compose, ``<R_p q, R_s k> = <q, R_(s-p) k>`` depends only on
-    ``p - s``. Computed in float32 (or float64 for float64 input) and returned
-    in ``x``'s dtype and shape.
+    float) broadcastable to ``x.shape[:-1]``, e.g. ``(N,)`` or
+    ``(B, 1, N)`` for per-sequence positions. Position 0 is the identity,
+    norms are kept, and since rotations compose,
+    ``<R_p q, R_s k> = <q, R_(s-p) k>`` depends only on ``p - s``.
+    Computed in float32 (or float64 for float64 input) and returned in
+    ``x``'s dtype and shape.
     """
     if x.dim() < 2 or x.size(-1) % 2:
         raise ValueError(f"x must be (..., N, d) with an even d; got shape "
@@ -73,9 +86,9 @@ def rotary_embedding(x: Tensor, positions: Tensor | None = None,
         except RuntimeError:
             fits = False
         if not fits:
-            raise ValueError(f"positions of shape {tuple(positions.shape)} do "
-                             f"not broadcast to x.shape[:-1] = "
-                             f"{tuple(x.shape[:-1])}")
+            raise ValueError(f"positions of shape "
+                             f"{tuple(positions.shape)} do not broadcast to "
+                             f"x.shape[:-1] = {tuple(x.shape[:-1])}")
     # (d/2,)
     theta = base ** (
         -torch.arange(0, dim, 2, device=x.device, dtype=work) / dim
@@ -92,13 +105,13 @@ def rotary_embedding(x: Tensor, positions: Tensor | None = None,
 
 def relative_distances(n: int, num_keys: int | None = None,
                        align: str = "top_left", device=None) -> Tensor:
-    """Long ``(n, num_keys)``: query position minus key position, ``i - j`` for
-    keys behind.
+    """Long ``(n, num_keys)``: query position minus key position, ``i - j``
+    for keys behind.
 
-    ``num_keys`` defaults to ``n``; ``align`` places the queries among the keys
-    as :func:`attention_course.masking.causal_mask` does (``"bottom_right"``:
-    the queries are the last ``n`` positions, so query ``i`` is at
-    ``i + num_keys - n``).
+    ``num_keys`` defaults to ``n``; ``align`` places the queries among the
+    keys as :func:`attention_course.masking.causal_mask` does
+    (``"bottom_right"``: the queries are the last ``n`` positions, so query
+    ``i`` is at ``i + num_keys - n``).
     """
     start = query_start(n, num_keys, align)
     num_keys = n if num_keys is None else num_keys
@@ -111,13 +124,14 @@ def alibi_slopes(num_heads: int) -> Tensor:
     float32 ``(num_heads,)``.
 
     For 8 heads: ``1/2, 1/4, ..., 1/256``, a geometric sequence from
-    ``2^(-8/H)`` to ``2^(-8)``. (Press et al. use this formula for powers of two
-    and, for other head counts, interleave two such sequences; the course uses
-    the formula for every count.)
+    ``2^(-8/H)`` to ``2^(-8)``. (Press et al. use this formula for powers of
+    two and, for other head counts, interleave two such sequences; the course
+    uses the formula for every count.)
     """
     if (isinstance(num_heads, bool) or not isinstance(num_heads, int)
             or num_heads <= 0):
-        raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
+        raise ValueError(f"num_heads must be a positive int, "
+                         f"got {num_heads!r}")
     h = torch.arange(1, num_heads + 1, dtype=torch.float64)
     return (2.0 ** (-8.0 * h / num_heads)).float()
 
@@ -125,37 +139,40 @@ def alibi_slopes(num_heads: int) -> Tensor:
 def alibi_bias(num_heads: int, n: int, num_keys: int | None = None,
                causal: bool = True, align: str = "top_left",
                device=None) -> Tensor:
-    """The ALiBi bias added to the scores: float ``(num_heads, n, num_keys)``.
+    """The ALiBi bias added to the scores: float
+    ``(num_heads, n, num_keys)``.
 
     ``bias[h, i, j] = -m_h * (i - j)`` for keys at or before the query
-    (``j <= i``), with the slopes ``m_h`` of :func:`alibi_slopes`: the further
-    back a key, the lower its score, in every head at its own rate. For keys
-    *after* the query (``j > i``): ``causal=True`` gives ``-inf``, the
-    look-ahead mask of a decoder (as ALiBi was introduced, for language models);
-    ``causal=False`` gives ``-m_h * (j - i)``, the symmetric bias
+    (``j <= i``), with the slopes ``m_h`` of :func:`alibi_slopes`: the
+    further back a key, the lower its score, in every head at its own rate.
+    For keys *after* the query (``j > i``): ``causal=True`` gives ``-inf``,
+    the look-ahead mask of a decoder (as ALiBi was introduced, for language
+    models); ``causal=False`` gives ``-m_h * (j - i)``, the symmetric bias
     ``-m_h |i - j|`` of a bidirectional encoder.
 
-    ``num_keys`` defaults to ``n``. With a different number of keys, ``align``
-    places the queries as :func:`attention_course.masking.causal_mask` does:
-    ``"top_left"`` (query ``i`` at position ``i``) or ``"bottom_right"`` (the
-    queries are the last ``n`` of ``num_keys`` positions, as new tokens
-    attending to a KV cache).
+    ``num_keys`` defaults to ``n``. With a different number of keys,
+    ``align`` places the queries as
+    :func:`attention_course.masking.causal_mask` does: ``"top_left"`` (query
+    ``i`` at position ``i``) or ``"bottom_right"`` (the queries are the last
+    ``n`` of ``num_keys`` positions, as new tokens attending to a KV cache).
     """
     distance = relative_distances(n, num_keys, align, device)
-    bias = -alibi_slopes(num_heads).to(device)[:, None, None] * distance.abs()
+    slopes = alibi_slopes(num_heads).to(device)
+    bias = -slopes[:, None, None] * distance.abs()
     if causal:
         bias = bias.masked_fill(distance < 0, float("-inf"))
     return bias
 
 
 class LearnedPositionalEmbedding(nn.Module):
-    """Add a trainable table ``(max_len, d_model)``, a vector per position, to
-    ``(B, N, d_model)``.
+    """Add a trainable table ``(max_len, d_model)``, a vector per position,
+    to ``(B, N, d_model)``.
 
     Unlike the sinusoidal table, a learned one has nothing to say about
     positions it never saw: position ``max_len`` and beyond have no row, and
-    asking for them is an error. Rows start as ``N(0, 0.02^2)`` (as in BERT and
-    GPT-2).
+    asking for them is an error; rows below ``max_len`` that no training
+    sequence reached keep their random start. Rows start as
+    ``N(0, 0.02^2)`` (as in BERT and GPT-2).
     """
 
     def __init__(self, max_len: int, d_model: int) -> None:
@@ -169,13 +186,14 @@ class LearnedPositionalEmbedding(nn.Module):
         same shape."""
         d_model = self.table.embedding_dim
         if x.dim() != 3 or x.size(-1) != d_model:
-            raise ValueError(f"x must be (B, N, d_model={d_model}); got shape "
-                             f"{tuple(x.shape)}")
-        if offset < 0 or offset + x.size(1) > self.max_len:
+            raise ValueError(f"x must be (B, N, d_model={d_model}); got "
+                             f"shape {tuple(x.shape)}")
+        last = offset + x.size(1) - 1
+        if offset < 0 or last >= self.max_len:
             raise ValueError(f"a learned table has rows for positions "
                              f"0..{self.max_len - 1} only "
                              f"(max_len={self.max_len}); got positions "
-                             f"{offset}..{offset + x.size(1) - 1} (x of shape "
+                             f"{offset}..{last} (x of shape "
                              f"{tuple(x.shape)}, offset={offset})")
         positions = torch.arange(offset, offset + x.size(1), device=x.device)
         return x + self.table(positions).to(x.dtype)
@@ -213,16 +231,17 @@ class RelativePositionBias(nn.Module):
     """T5's learned relative position bias: one number per head and
     distance bucket.
 
-    Called as ``bias(n, num_keys=None, align="top_left")`` it returns the float
-    ``(num_heads, n, num_keys)`` to add to the scores (pass it as a float
-    ``attn_mask``): ``table[bucket(i - j), h]`` with the buckets of
-    :func:`relative_position_bucket`. Like ALiBi it depends on distances only,
-    but it learns how much each distance matters; the table starts at zero (no
-    preference).
+    Called as ``bias(n, num_keys=None, align="top_left")`` it returns the
+    float ``(num_heads, n, num_keys)`` to add to the scores (pass it as a
+    float ``attn_mask``): ``table[bucket(i - j), h]`` with the buckets of
+    :func:`relative_position_bucket`. Like ALiBi it depends on distances
+    only, but it learns how much each distance matters; the table starts at
+    zero (no preference).
     """
 
     def __init__(self, num_heads: int, num_buckets: int = 32,
-                 max_distance: int = 128, bidirectional: bool = True) -> None:
+                 max_distance: int = 128,
+                 bidirectional: bool = True) -> None:
         super().__init__()
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.bidirectional = bidirectional
@@ -238,3 +257,237 @@ class RelativePositionBias(nn.Module):
                                            self.bidirectional)
         # (n, num_keys, heads) -> (heads, n, keys)
         return self.table(buckets).permute(2, 0, 1)
+
+
+# ---------------------------------------------------------- the experiment
+# Chapter 8 asks what each scheme does on sequences longer than any seen in
+# training. The task, the model and the measurement live here so that the
+# chapter shows them and the tests check them.
+
+IGNORE = -100  # a target that the loss and the accuracy skip
+TEST_SEED = 2**31 - 1  # the test sequences: the same for every run
+
+
+def latest_value_task(batch_size: int, length: int, num_registers: int = 4,
+                      num_values: int = 8,
+                      generator: torch.Generator | None = None
+                      ) -> tuple[Tensor, Tensor]:
+    """Random writes to a few registers, each labelled with what its register
+    held before it.
+
+    Token ``r * num_values + v`` writes the value ``v`` into register ``r``;
+    every sequence starts with a ``<bos>`` token, id
+    ``num_registers * num_values``. The target of a write is the value the
+    register held just before: the value of the latest earlier write to the
+    same register, or ``num_values`` ("empty") if there was none. To
+    answer, a model must find the earlier writes to the register, and among
+    them the *latest*: positions matter, and the nearest match is the right
+    one.
+
+    Returns ``ids`` and ``targets``, long ``(batch_size, length + 1)``; the
+    target of ``<bos>`` is ``IGNORE``.
+    """
+    if min(batch_size, length, num_registers, num_values) < 1:
+        raise ValueError(f"batch_size, length, num_registers and num_values "
+                         f"must be positive; got {batch_size}, {length}, "
+                         f"{num_registers}, {num_values}")
+    register = torch.randint(num_registers, (batch_size, length),
+                             generator=generator)
+    value = torch.randint(num_values, (batch_size, length),
+                          generator=generator)
+    held = torch.full((batch_size, num_registers), num_values)
+    targets = torch.empty_like(value)
+    for t in range(length):
+        r = register[:, t: t + 1]
+        targets[:, t] = held.gather(1, r)[:, 0]
+        held.scatter_(1, r, value[:, t: t + 1])
+    bos = torch.full((batch_size, 1), num_registers * num_values)
+    ignore = torch.full((batch_size, 1), IGNORE)
+    return (torch.cat([bos, register * num_values + value], 1),
+            torch.cat([ignore, targets], 1))
+
+
+class CausalTransformer(nn.Module):
+    """A decoder-only Transformer that labels every position of a sequence.
+
+    Token embeddings (scaled by ``sqrt(d_model)``), then position information
+    as ``positional`` says (``"sinusoidal"``, ``"learned"``, ``"rope"``,
+    ``"alibi"`` or ``"none"``, as in
+    :class:`~attention_course.transformer.Transformer`), then
+    ``num_layers`` pre-norm layers of causal self-attention and feed-forward
+    network (the encoder stack of chapter 6 with a look-ahead mask), then a
+    linear layer to ``num_classes`` scores per position. Position ``t`` sees
+    positions ``0..t`` only, so its output does not depend on the sequence's
+    length. A table (sinusoidal or learned) has ``max_len`` rows.
+
+    Every scheme builds the same layers with the same random numbers, and the
+    learned table comes last: at a given seed, models of different schemes
+    start from the same weights, apart from the table.
+    """
+
+    def __init__(self, vocab_size: int, num_classes: int, d_model: int,
+                 num_heads: int, num_layers: int, d_ff: int, max_len: int,
+                 positional: str = "sinusoidal") -> None:
+        # imported here: the transformer module imports this one
+        from attention_course.transformer import (
+            POSITIONAL,
+            Encoder,
+            PositionalEncoding,
+        )
+
+        super().__init__()
+        if positional not in POSITIONAL:
+            raise ValueError(f"positional must be one of {POSITIONAL}, "
+                             f"got {positional!r}")
+        self.d_model, self.max_len = d_model, max_len
+        self.positional = positional
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
+        in_attention = (positional if positional in ("rope", "alibi")
+                        else None)
+        self.layers = Encoder(num_layers, d_model, num_heads, d_ff,
+                              norm_first=True, positional=in_attention)
+        self.output = nn.Linear(d_model, num_classes)
+        self.table: nn.Module | None = None
+        if positional == "sinusoidal":
+            self.table = PositionalEncoding(d_model, max_len)
+        elif positional == "learned":
+            self.table = LearnedPositionalEmbedding(max_len, d_model)
+
+    def forward(self, ids: Tensor, need_weights: bool = False
+                ) -> tuple[Tensor, list[Tensor | None]]:
+        """``ids (B, N)`` -> scores ``(B, N, num_classes)`` and the attention
+        weights of every layer (``(B, heads, N, N)`` each, or ``None``)."""
+        if ids.dim() != 2:
+            raise ValueError(f"ids must be (B, N) token ids; got shape "
+                             f"{tuple(ids.shape)}")
+        x = self.embedding(ids) * math.sqrt(self.d_model)
+        if self.table is not None:
+            x = self.table(x)
+        causal = torch.ones(ids.size(1), ids.size(1), dtype=torch.bool,
+                            device=ids.device).tril()
+        x, weights = self.layers(x, causal, need_weights)
+        return self.output(x), weights
+
+
+@dataclass
+class ExtrapolationSetup:
+    """Everything that stays the same across schemes and seeds: the task, the
+    model's size and the training."""
+
+    train_length: int = 16
+    test_length: int = 64
+    num_registers: int = 4
+    num_values: int = 8
+    d_model: int = 32
+    num_heads: int = 4
+    num_layers: int = 2
+    d_ff: int = 64
+    steps: int = 300
+    batch_size: int = 64
+    lr: float = 1e-2
+    eval_every: int = 50
+    eval_sequences: int = 512
+
+    def model(self, positional: str, seed: int) -> CausalTransformer:
+        """A fresh model; its tables reach ``test_length`` (and
+        ``<bos>``)."""
+        torch.manual_seed(seed)
+        return CausalTransformer(
+            self.num_registers * self.num_values + 1, self.num_values + 1,
+            self.d_model, self.num_heads, self.num_layers, self.d_ff,
+            self.test_length + 1, positional,
+        )
+
+    def batches(self, seed: int, count: int, batch_size: int,
+                length: int) -> list[tuple[Tensor, Tensor]]:
+        """``count`` batches of the task, the same for every scheme at a
+        seed."""
+        g = torch.Generator().manual_seed(seed)
+        ids, targets = latest_value_task(count * batch_size, length,
+                                         self.num_registers, self.num_values,
+                                         g)
+        return list(zip(ids.split(batch_size), targets.split(batch_size),
+                        strict=True))
+
+
+def label_loss(model: CausalTransformer,
+               batch: tuple[Tensor, Tensor]) -> Tensor:
+    """Cross-entropy of the labels of every position, ``IGNORE`` skipped."""
+    ids, targets = batch
+    scores, _ = model(ids)
+    return F.cross_entropy(scores.flatten(0, 1), targets.flatten(),
+                           ignore_index=IGNORE)
+
+
+@torch.no_grad()
+def accuracy_by_position(model: CausalTransformer, ids: Tensor,
+                         targets: Tensor) -> Tensor:
+    """Float ``(N,)``: the share of right labels at each position, over the
+    batch (``NaN`` where every target is ``IGNORE``)."""
+    model.eval()
+    right = (model(ids)[0].argmax(-1) == targets).float()
+    counted = (targets != IGNORE).float()
+    return (right * counted).sum(0) / counted.sum(0)
+
+
+@dataclass
+class Run:
+    """One trained model: its scheme and seed, the loss of every step, and
+    the accuracy at every position of the test sequences after every
+    ``eval_every`` steps (``accuracy[k, t]``: after ``steps[k]`` steps, at
+    write ``t + 1``)."""
+
+    positional: str
+    seed: int
+    model: CausalTransformer
+    losses: list[float]
+    steps: list[int]
+    accuracy: Tensor
+
+
+def train_scheme(setup: ExtrapolationSetup, positional: str, seed: int,
+                 device: torch.device | str | None = None) -> Run:
+    """Train one model on ``setup.train_length`` writes; test it on
+    ``setup.test_length`` writes as it trains.
+
+    Adam with a one-cycle learning rate (warm-up over the first 10% of the
+    steps). The training batches depend on the seed only, and the test
+    sequences on nothing: every scheme sees the same data.
+    """
+    model = setup.model(positional, seed)
+    batches = setup.batches(seed, setup.steps, setup.batch_size,
+                            setup.train_length)
+    (test,) = setup.batches(TEST_SEED, 1, setup.eval_sequences,
+                            setup.test_length)
+    optimizer = torch.optim.Adam(model.parameters(), lr=setup.lr,
+                                 foreach=True)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=setup.lr, total_steps=setup.steps, pct_start=0.1)
+    losses, steps, accuracy = [], [], []
+    for start in range(0, setup.steps, setup.eval_every):
+        losses += train(model, label_loss,
+                        batches[start: start + setup.eval_every],
+                        optimizer=optimizer, scheduler=scheduler,
+                        device=device, progress=False)
+        steps.append(len(losses))
+        ids, targets = to_device(test, next(model.parameters()).device)
+        accuracy.append(accuracy_by_position(model, ids, targets)[1:].cpu())
+    return Run(positional, seed, model, losses, steps, torch.stack(accuracy))
+
+
+def length_extrapolation(setup: ExtrapolationSetup, schemes: Sequence[str],
+                         seeds: Sequence[int],
+                         device: torch.device | str | None = None
+                         ) -> dict[str, list[Run]]:
+    """Train every scheme with every seed (:func:`train_scheme`), with one
+    progress bar; ``{scheme: [run per seed]}``."""
+    runs: dict[str, list[Run]] = {scheme: [] for scheme in schemes}
+    with tqdm(total=len(schemes) * len(seeds), desc="models") as bar:
+        for scheme in schemes:
+            for seed in seeds:
+                bar.set_postfix(scheme=scheme, seed=seed)
+                run = train_scheme(setup, scheme, seed, device)
+                runs[scheme].append(run)
+                bar.update(1)
+    return runs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -96,6 +96,77 @@ def train(
         bar.close()
         model.eval()
     return history
+
+
+def train_with_validation(
+    model: nn.Module,
+    loss_fn: Callable[[nn.Module, Batch], torch.Tensor],
+    data: Iterable[Batch],
+    validate: Callable[[nn.Module], Mapping[str, float]],
+    *,
+    steps: int,
+    eval_every: int,
+    lr: float = 1e-3,
+    optimizer: torch.optim.Optimizer | None = None,
+    device: torch.device | str | None = None,
+    progress: bool = True,
+    desc: str = "training",
+) -> tuple[list[float], dict[str, list[float]]]:
+    """Train like :func:`train` for ``steps`` steps, and call
+    ``validate(model)`` before the first step and after every ``eval_every``
+    steps (and after the last one).
+
+    ``data`` is an iterable of batches, passed over as often as ``steps``
+    needs. ``validate`` returns named numbers (losses, accuracies) computed
+    without gradients, with the model in evaluation mode. Returns the loss of
+    every step and the validation curves: ``{"step": [0, eval_every, ...],
+    name: [value at each of those steps], ...}``.
+    """
+    if steps < 1 or eval_every < 1:
+        raise ValueError(
+            f"steps and eval_every must be at least 1, got {steps} and "
+            f"{eval_every}"
+        )
+    device = torch.device(device) if device is not None else get_device()
+    model.to(device)
+    if optimizer is None:
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    batches = _forever(data)
+    history: list[float] = []
+    curves: dict[str, list[float]] = {"step": []}
+
+    def record() -> None:
+        model.eval()
+        with torch.no_grad():
+            values = validate(model)
+        curves["step"].append(len(history))
+        for name, value in values.items():
+            curves.setdefault(name, []).append(float(value))
+
+    record()
+    with tqdm(total=steps, desc=desc, disable=not progress) as bar:
+        while len(history) < steps:
+            chunk = train(
+                model, loss_fn, batches, optimizer=optimizer, device=device,
+                max_steps=min(eval_every, steps - len(history)),
+                progress=False,
+            )
+            history += chunk
+            bar.update(len(chunk))
+            bar.set_postfix(loss=f"{_running_mean(history):.4f}")
+            record()
+    return history, curves
+
+
+def _forever(data: Iterable[Batch]) -> Iterator[Batch]:
+    """The batches of ``data``, pass after pass, without end."""
+    while True:
+        empty = True
+        for batch in data:
+            empty = False
+            yield batch
+        if empty:
+            raise ValueError("data yielded no batch")
 
 
 def _running_mean(values: list[float], window: int = 20) -> float:

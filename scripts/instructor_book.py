@@ -10,14 +10,10 @@ book's execution cache, so only the solutions run. Output: ``_build/instructor/_
 
 from __future__ import annotations
 
-import subprocess
 import sys
-from pathlib import Path
 
-import yaml
+from book_variants import build, derived_config, read_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "_build" / "instructor"
 PAGE = "book/instructor"
 
 
@@ -44,30 +40,12 @@ def instructor_toc(toc: dict) -> dict:
                              for part in toc["parts"]]}
 
 
-def instructor_config(config: dict) -> dict:
-    """The learner book's configuration, titled as the instructor's edition and sharing
-    the learner book's execution cache."""
-    execute = {**config.get("execute", {}), "cache": str(ROOT / "_build" / ".jupyter_cache")}
-    sphinx = dict(config.get("sphinx", {}))
-    # local extensions are found relative to the configuration file, which lives elsewhere
-    sphinx["local_extensions"] = {name: str(ROOT / path)
-                                  for name, path in sphinx.get("local_extensions", {}).items()}
-    return {**config, "title": f"{config['title']} (instructor's edition)", "execute": execute,
-            "sphinx": sphinx}
-
-
 def main() -> int:
-    OUT.mkdir(parents=True, exist_ok=True)
-    toc = instructor_toc(yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8")))
-    config = instructor_config(yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8")))
-    (OUT / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False), encoding="utf-8")
-    (OUT / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    command = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT),
-               "--config", str(OUT / "_config.yml"), "--toc", str(OUT / "_toc.yml"),
-               "--path-output", str(OUT), "-W", "--keep-going"]
-    status = subprocess.run(command, cwd=ROOT).returncode
+    title = f"{read_yaml('_config.yml')['title']} (instructor's edition)"
+    status, html = build("instructor", derived_config(title=title),
+                         toc=instructor_toc(read_yaml("_toc.yml")))
     if status == 0:
-        print(f"\nThe instructor's edition is at: {OUT / '_build' / 'html' / 'index.html'}")
+        print(f"\nThe instructor's edition is at: {html / 'index.html'}")
     return status
 
 

@@ -22,6 +22,11 @@ from urllib.parse import urlparse
 
 import pytest
 
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+except ImportError:  # the tests skip themselves without playwright
+    PlaywrightTimeout = TimeoutError
+
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +125,10 @@ def _open(browser, url: str, width: int):
             if r.status >= 400 else None)
     page.on("requestfailed", lambda r: seen["failed"].append(f"failed {r.url}"))
     page.goto(url, wait_until="load")
-    page.wait_for_load_state("networkidle")
+    try:  # a loaded machine may keep a page busy for long; what matters is checked after
+        page.wait_for_load_state("networkidle", timeout=15_000)
+    except PlaywrightTimeout:
+        pass
     return context, page, seen
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
@@ -15,7 +16,7 @@ from torch import nn
 from attention_course import plotting
 from attention_course.cli import collect_info, main
 from attention_course.device import ENV_VAR, get_device
-from attention_course.training import to_device, train
+from attention_course.training import to_device, train, train_with_validation
 
 matplotlib.use("Agg")
 
@@ -88,6 +89,24 @@ def test_plot_losses_accepts_a_list_or_a_dict() -> None:
     matplotlib.pyplot.close(fig)
 
 
+def test_plot_curves_draws_every_run_and_names_each_condition() -> None:
+    runs = {"a": [([0, 1, 2], [3, 2, 1]), ([0, 1, 2], [3, 2.5, 1.5])],
+            "b": [([0, 2], [1, 0.1])]}
+    fig = plotting.plot_curves(runs, log=True, title="t")
+    ax = fig.axes[0]
+    assert len(ax.lines) == 3 and ax.get_yscale() == "log"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
+    assert {t.get_text() for t in ax.texts} == {"a", "b"}  # named at their ends
+    a_lines, b_line = ax.lines[:2], ax.lines[2]
+    assert a_lines[0].get_linestyle() != b_line.get_linestyle()
+    assert a_lines[0].get_marker() != b_line.get_marker()
+    matplotlib.pyplot.close(fig)
+    with pytest.raises(ValueError, match="at least one"):
+        plotting.plot_curves({"a": []})
+    with pytest.raises(ValueError, match="run 0 of 'a'"):
+        plotting.plot_curves({"a": [([0, 1], [1.0])]})
+
+
 def test_train_lowers_the_loss_and_returns_every_step() -> None:
     torch.manual_seed(0)
     x = torch.randn(64, 3)
@@ -130,6 +149,33 @@ def test_train_rejects_bad_arguments_and_divergence() -> None:
               device="cpu", progress=False)
 
 
+def test_train_with_validation_records_curves_at_the_right_steps() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(48, 3)
+    y = x @ torch.tensor([1.0, -2.0, 0.5])
+    batches = [(x[i : i + 16], y[i : i + 16]) for i in range(0, 48, 16)]  # 3 a pass
+    model = nn.Linear(3, 1)
+    modes = []
+
+    def validate(m: nn.Module) -> dict[str, float]:
+        modes.append(m.training)
+        return {"mse": ((m(x).squeeze(-1) - y) ** 2).mean().item(), "one": 1.0}
+
+    history, curves = train_with_validation(
+        model, lambda m, b: ((m(b[0]).squeeze(-1) - b[1]) ** 2).mean(), batches,
+        validate, steps=10, eval_every=4, lr=0.05, device="cpu", progress=False)
+    assert len(history) == 10  # more steps than one pass over the data
+    assert curves["step"] == [0, 4, 8, 10] and curves["one"] == [1.0] * 4
+    assert curves["mse"][-1] < 0.5 * curves["mse"][0]
+    assert not any(modes) and not model.training
+    with pytest.raises(ValueError, match="eval_every"):
+        train_with_validation(model, lambda m, b: m(b).sum(), batches, validate, steps=3,
+                              eval_every=0, progress=False)
+    with pytest.raises(ValueError, match="no batch"):
+        train_with_validation(model, lambda m, b: m(b).sum(), [], validate, steps=3,
+                              eval_every=1, device="cpu", progress=False)
+
+
 def test_to_device_moves_nested_batches() -> None:
     batch = {"a": (torch.ones(1), [torch.zeros(2)]), "b": 3}
     moved = to_device(batch, "cpu")
@@ -151,3 +197,25 @@ def test_console_script_runs() -> None:
         capture_output=True, text=True, check=True,
     )
     assert "torch" in result.stdout and "device" in result.stdout
+
+
+def test_plot_mean_std_draws_a_mean_and_a_sample_std_band_per_group() -> None:
+    x = [0, 10, 20]
+    runs = {"a": torch.tensor([[0.0, 1.0, 2.0], [2.0, 3.0, 4.0]]),
+            "b": np.ones((3, 3))}
+    fig = plotting.plot_mean_std(runs, x=x, ylabel="accuracy", title="t")
+    ax = fig.axes[0]
+    means = [line for line in ax.lines if line.get_label() in ("a (2 runs)", "b (3 runs)")]
+    np.testing.assert_allclose(means[0].get_ydata(), [1.0, 2.0, 3.0])
+    assert means[0].get_linestyle() != means[1].get_linestyle()
+    assert means[0].get_marker() != means[1].get_marker()
+    assert len(ax.collections) == 2  # one band per group
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    # the sample standard deviation of (0, 2) is sqrt(2)
+    np.testing.assert_allclose([band.min(), band.max()],
+                               [1 - 2**0.5, 3 + 2**0.5], rtol=1e-6)
+    fig2, axes = plt.subplots(1, 2)
+    assert plotting.plot_mean_std(runs, x=x, ax=axes[1]) is fig2
+    with pytest.raises(ValueError, match="x has 3 points but curves"):
+        plotting.plot_mean_std({"c": np.ones((2, 4))}, x=x)
+    plt.close("all")

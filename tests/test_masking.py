@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attention_course.masking import (
+    OneLayerLM,
     causal_mask,
     combine_masks,
     masked_softmax,
@@ -379,6 +380,80 @@ def test_sdpa_mismatched_qkv_shapes_are_rejected():
         scaled_dot_product_attention(q, k, v[:, :3])
     with pytest.raises(ValueError, match="leading"):
         scaled_dot_product_attention(q, k[None].expand(3, 2, 5, 8).reshape(6, 5, 8), v)
+
+
+# ---------------------------------------------------------------- OneLayerLM
+
+
+def _ids(batch, length, vocab, seed):
+    return torch.randint(0, vocab, (batch, length), generator=_gen(seed))
+
+
+def test_one_layer_lm_shapes_and_padded_keys():
+    torch.manual_seed(0)
+    model = OneLayerLM(11, d_model=8, max_len=6)
+    ids, lens = _ids(3, 5, 11, seed=30), torch.tensor([5, 2, 0])
+    for is_causal in (True, False):
+        logits, weights = model(ids, lens, is_causal=is_causal)
+        assert logits.shape == (3, 5, 11) and weights.shape == (3, 5, 5)
+        assert torch.all(weights[1, :, 2:] == 0) and torch.all(weights[2] == 0)
+        assert torch.isfinite(logits).all()
+    assert torch.all(model(ids, lens)[1][0].triu(1) == 0)  # causal by default
+
+
+def test_one_layer_lm_causal_output_ignores_the_future():
+    torch.manual_seed(1)
+    model = OneLayerLM(7, d_model=8, max_len=8)
+    ids, lens = _ids(2, 6, 7, seed=31), torch.tensor([6, 6])
+    changed = ids.clone()
+    changed[:, 4:] = (changed[:, 4:] + 1) % 7  # only tokens 4 and 5 differ
+    for is_causal, same in ((True, True), (False, False)):
+        before = model(ids, lens, is_causal)[0][:, :4]
+        after = model(changed, lens, is_causal)[0][:, :4]
+        assert torch.allclose(before, after, atol=1e-6) == same
+    # with the mask, position t sees what a run on the prefix up to t sees
+    full = model(ids, lens, is_causal=True)[0]
+    for t in range(6):
+        prefix = model(ids[:, : t + 1], torch.tensor([t + 1, t + 1]), False)[0]
+        torch.testing.assert_close(full[:, t], prefix[:, t], atol=1e-6, rtol=0)
+
+
+def test_one_layer_lm_without_the_mask_learns_to_copy_the_answer():
+    """On random tokens the next one cannot be predicted: a causal model stays
+    near chance (loss log V), a model that sees the future reads it off."""
+    vocab, length = 8, 6
+    loss = torch.nn.functional.cross_entropy
+    finals = {}
+    for is_causal in (True, False):
+        torch.manual_seed(2)
+        model = OneLayerLM(vocab, d_model=16, max_len=length)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        g = _gen(32)
+        for _ in range(150):
+            ids = torch.randint(0, vocab, (32, length + 1), generator=g)
+            lens = torch.full((32,), length)
+            logits = model(ids[:, :-1], lens, is_causal)[0]
+            # the target at t is token t + 1, which is also input t + 1
+            # (the last position has nothing to read it from)
+            step = loss(logits[:, :-1].flatten(0, 1), ids[:, 1:-1].flatten())
+            optimizer.zero_grad()
+            step.backward()
+            optimizer.step()
+        finals[is_causal] = step.item()
+    assert finals[True] > 0.8 * math.log(vocab)
+    assert finals[False] < 0.2
+
+
+def test_one_layer_lm_rejects_bad_input():
+    with pytest.raises(ValueError, match="vocab_size"):
+        OneLayerLM(0)
+    model = OneLayerLM(5, d_model=4, max_len=3)
+    with pytest.raises(ValueError, match="max_len"):
+        model(torch.zeros(1, 4, dtype=torch.long), torch.tensor([4]))
+    with pytest.raises(ValueError, match=r"\(B, T\)"):
+        model(torch.zeros(4, dtype=torch.long), torch.tensor([4]))
+    with pytest.raises(ValueError, match=r"valid_lens must have shape \(B,\)"):
+        model(torch.zeros(2, 3, dtype=torch.long), torch.tensor([3]))
 
 
 # ---------------------------------------------------------------- GPU

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -451,3 +452,106 @@ def test_cache_errors():
     static.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
     with pytest.raises(ValueError, match="filled once"):
         static.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+
+
+# --- the previous-and-partner task of section 5.4 ------------------------------
+
+
+def test_lookup_batch_pairs_every_colour_and_sets_the_targets():
+    from attention_course.multihead import IGNORE, lookup_batch
+
+    batch = lookup_batch(50, length=10, num_values=5, generator=_gen(0))
+    assert all(t.shape == (50, 10) for t in batch)
+    counts = torch.stack([torch.bincount(row, minlength=5) for row in batch.colours])
+    assert (counts == 2).all()  # five colours, each exactly twice
+    rows = torch.arange(50)[:, None]
+    positions = torch.arange(10)
+    assert (batch.partner != positions).all()
+    assert (batch.colours[rows, batch.partner] == batch.colours).all()
+    assert (batch.partner_value == batch.values[rows, batch.partner]).all()
+    assert (batch.previous[:, 0] == IGNORE).all()
+    assert (batch.previous[:, 1:] == batch.values[:, :-1]).all()
+    assert batch.values.max() < 5
+    again = lookup_batch(50, length=10, num_values=5, generator=_gen(0))
+    assert all(torch.equal(a, b) for a, b in zip(batch, again, strict=True))
+
+
+def test_lookup_batch_rejects_bad_sizes():
+    from attention_course.multihead import lookup_batch
+
+    with pytest.raises(ValueError, match="even length"):
+        lookup_batch(4, length=7)
+    with pytest.raises(ValueError, match="num_values"):
+        lookup_batch(4, num_values=1)
+
+
+def test_lookup_model_shapes_and_input_check():
+    from attention_course.multihead import LookupModel, lookup_batch, lookup_loss
+
+    torch.manual_seed(0)
+    model = LookupModel(num_heads=4, embed_dim=16, length=8, num_values=6)
+    batch = lookup_batch(3, length=8, num_values=6, generator=_gen(1))
+    previous, partner, weights = model(batch.colours, batch.values, need_weights=True)
+    assert previous.shape == partner.shape == (3, 8, 6)
+    assert weights.shape == (3, 4, 8, 8)
+    assert model(batch.colours, batch.values)[2] is None
+    loss = lookup_loss(model, batch)
+    loss.backward()
+    assert loss.item() > 0 and model.position.grad is not None
+    with pytest.raises(ValueError, match=r"\(B, 8\)"):
+        model(batch.colours[:, :6], batch.values[:, :6])
+
+
+def test_head_diversity_is_zero_for_equal_heads_and_one_for_disjoint_ones():
+    from attention_course.multihead import head_diversity
+
+    same = torch.rand(2, 1, 5, 5).softmax(-1).expand(2, 3, 5, 5)
+    assert head_diversity(same).item() == pytest.approx(0.0, abs=1e-7)
+    eye = torch.eye(5)
+    disjoint = torch.stack([eye, eye.roll(1, 1), eye.roll(2, 1)])[None]
+    assert head_diversity(disjoint).item() == pytest.approx(1.0)
+    uniform = torch.full((5, 5), 0.2)
+    # one-hot against uniform: 0.5 * (0.8 + 4 * 0.2) = 0.8 for that pair only
+    mixed = torch.stack([eye, uniform])[None]
+    assert head_diversity(mixed).item() == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="h >= 2"):
+        head_diversity(torch.rand(1, 1, 4, 4))
+
+
+def test_head_roles_measure_weight_on_the_previous_token_and_the_partner():
+    from attention_course.multihead import head_roles, lookup_batch
+
+    batch = lookup_batch(4, length=6, generator=_gen(2))
+    n = 6
+    previous_map = torch.eye(n).roll(-1, 1).expand(4, n, n)   # row i -> key i - 1
+    partner_map = F.one_hot(batch.partner, n).float()
+    weights = torch.stack([previous_map, partner_map], 1)      # (4, 2, 6, 6)
+    roles = head_roles(weights, batch.partner)
+    assert roles.shape == (2, 2)
+    assert roles[0, 0].item() == pytest.approx(1.0)
+    assert roles[1, 1].item() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="partner"):
+        head_roles(weights, batch.partner[:, :5])
+
+
+def test_train_lookup_learns_and_records_validation():
+    from attention_course.multihead import head_count_experiment, lookup_batch
+
+    validation = lookup_batch(64, length=6, num_values=4, generator=_gen(3))
+    threads = torch.get_num_threads()
+    runs = head_count_experiment([2], [0], validation, steps=120, eval_every=40,
+                                 embed_dim=16, num_values=4, progress=False,
+                                 device="cpu")
+    (run,) = runs
+    assert torch.get_num_threads() == threads  # restored after training
+    assert run.num_heads == 2 and run.seed == 0 and len(run.losses) == 120
+    assert run.steps == [0, 40, 80, 120] and run.accuracy.shape == (4, 2)
+    assert run.accuracy[-1].min() > run.accuracy[0].max()
+    assert sum(run.losses[-10:]) < sum(run.losses[:10])
+    changed = [not torch.equal(a, b) for a, b in
+               zip(run.untrained.parameters(), run.trained.parameters(),
+                   strict=True)]
+    assert all(changed)
+    with pytest.raises(ValueError, match="num_values"):
+        head_count_experiment([2], [0], validation, steps=1, num_values=3,
+                              progress=False)

@@ -14,13 +14,21 @@ from hypothesis import strategies as st
 from attention_course.masking import causal_mask, padding_mask
 from attention_course.multihead import MultiHeadAttention
 from attention_course.positions import (
+    IGNORE,
+    CausalTransformer,
+    ExtrapolationSetup,
     LearnedPositionalEmbedding,
     RelativePositionBias,
+    accuracy_by_position,
     alibi_bias,
     alibi_slopes,
+    label_loss,
+    latest_value_task,
+    length_extrapolation,
     relative_distances,
     relative_position_bucket,
     rotary_embedding,
+    train_scheme,
 )
 from attention_course.transformer import Transformer, translation_loss
 
@@ -399,3 +407,159 @@ def test_learned_transformer_rejects_too_long_inputs():
         model(torch.ones(1, 7, dtype=torch.long), torch.ones(1, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="max_len=6"):
         model.positional_encoding(torch.zeros(1, 7, 16))
+
+
+# ---------------------------------------------------------------- the experiment
+
+
+def _latest_by_hand(ids: list[int], num_values: int) -> list[int]:
+    """The targets of one sequence (without <bos>), register by register."""
+    held: dict[int, int] = {}
+    out = []
+    for token in ids:
+        register, value = divmod(token, num_values)
+        out.append(held.get(register, num_values))
+        held[register] = value
+    return out
+
+
+@PROPERTY
+@given(seed=st.integers(0, 10_000), length=st.integers(1, 30), registers=st.integers(1, 5),
+       values=st.integers(1, 6))
+def test_latest_value_task_targets_by_hand(seed, length, registers, values):
+    ids, targets = latest_value_task(3, length, registers, values, _gen(seed))
+    assert ids.shape == targets.shape == (3, length + 1)
+    assert ids.dtype == targets.dtype == torch.long
+    assert torch.all(ids[:, 0] == registers * values) and torch.all(targets[:, 0] == IGNORE)
+    assert ids[:, 1:].min() >= 0 and ids[:, 1:].max() < registers * values
+    for row in range(3):
+        assert targets[row, 1:].tolist() == _latest_by_hand(ids[row, 1:].tolist(), values)
+
+
+def test_latest_value_task_is_seeded_and_checks_sizes():
+    a = latest_value_task(4, 9, generator=_gen(5))
+    b = latest_value_task(4, 9, generator=_gen(5))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    with pytest.raises(ValueError, match="must be positive"):
+        latest_value_task(4, 0)
+
+
+SCHEMES = ["sinusoidal", "learned", "rope", "alibi", "none"]
+
+
+def test_causal_transformer_schemes_share_their_start():
+    """At one seed every scheme starts from the same weights, apart from the table."""
+    setup = ExtrapolationSetup(test_length=20, num_layers=2)
+    states = {scheme: setup.model(scheme, seed=3).state_dict() for scheme in SCHEMES}
+    reference = states["none"]
+    for scheme, state in states.items():
+        extra = set(state) - set(reference)
+        assert extra == ({"table.table.weight"} if scheme == "learned" else set()), scheme
+        for name, value in reference.items():
+            torch.testing.assert_close(state[name], value, msg=f"{scheme} {name}")
+    learned = setup.model("learned", 3)
+    assert learned.table.table.weight.shape == (21, setup.d_model)
+    assert setup.model("rope", 3).layers.layers[0].self_attn.positional == "rope"
+    assert setup.model("sinusoidal", 3).layers.layers[0].self_attn.positional is None
+    with pytest.raises(ValueError, match="positional must be one of"):
+        setup.model("t5", 0)
+
+
+@pytest.mark.parametrize("positional", SCHEMES)
+def test_causal_transformer_is_causal(positional):
+    """The output at position t depends on positions 0..t only, so a longer sequence
+    leaves the outputs of its first positions unchanged."""
+    torch.manual_seed(0)
+    model = CausalTransformer(10, 5, 16, 2, 2, 32, max_len=12, positional=positional).eval()
+    if positional == "learned":
+        torch.nn.init.normal_(model.table.table.weight)
+    ids = torch.randint(0, 10, (2, 12), generator=_gen(1))
+    with torch.no_grad():
+        full, weights = model(ids, need_weights=True)
+        short, _ = model(ids[:, :7])
+    assert full.shape == (2, 12, 5) and len(weights) == 2 and weights[0].shape == (2, 2, 12, 12)
+    torch.testing.assert_close(short, full[:, :7], rtol=1e-5, atol=1e-5)
+    assert torch.all(weights[1].triu(1) == 0)
+    changed = ids.clone()
+    changed[:, 9] = (changed[:, 9] + 1) % 10
+    with torch.no_grad():
+        after, _ = model(changed)
+    torch.testing.assert_close(after[:, :9], full[:, :9], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(after[:, 9:], full[:, 9:])
+
+
+def test_causal_transformer_errors():
+    model = CausalTransformer(10, 5, 16, 2, 1, 32, max_len=6, positional="learned")
+    with pytest.raises(ValueError, match=r"max_len=6"):
+        model(torch.zeros(1, 7, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\(B, N\) token ids"):
+        model(torch.zeros(7, dtype=torch.long))
+
+
+def test_label_loss_and_accuracy_skip_ignored_targets():
+    torch.manual_seed(0)
+    model = CausalTransformer(6, 3, 8, 2, 1, 16, max_len=5, positional="rope").eval()
+    ids = torch.randint(0, 6, (4, 5), generator=_gen(2))
+    targets = torch.randint(0, 3, (4, 5), generator=_gen(3))
+    targets[:, 0] = IGNORE
+    targets[1, 3] = IGNORE
+    with torch.no_grad():
+        scores, _ = model(ids)
+    keep = targets != IGNORE
+    expected = torch.nn.functional.cross_entropy(scores[keep], targets[keep])
+    torch.testing.assert_close(label_loss(model, (ids, targets)), expected)
+    accuracy = accuracy_by_position(model, ids, targets)
+    assert accuracy.shape == (5,) and torch.isnan(accuracy[0])
+    right = scores.argmax(-1) == targets
+    assert accuracy[3].item() == pytest.approx(right[[0, 2, 3], 3].float().mean().item())
+
+
+def test_train_scheme_learns_the_task_and_records_curves():
+    """A short run of the chapter's experiment: the loss falls, the accuracy curves have
+    one row per evaluation, and the same seed gives the same run."""
+    setup = ExtrapolationSetup(train_length=8, test_length=16, steps=120, eval_every=40,
+                               eval_sequences=64)
+    run = train_scheme(setup, "alibi", seed=0, device="cpu")
+    assert run.steps == [40, 80, 120] and len(run.losses) == 120
+    assert run.accuracy.shape == (3, 16)
+    assert sum(run.losses[-10:]) / 10 < 0.8 * sum(run.losses[:10]) / 10
+    assert run.accuracy[-1, :8].mean() > 0.5  # chance is 1/9
+    again = train_scheme(setup, "alibi", seed=0, device="cpu")
+    assert again.losses == run.losses
+
+
+def test_learned_rows_beyond_the_training_length_stay_untrained():
+    setup = ExtrapolationSetup(train_length=6, test_length=12, steps=20, eval_every=20,
+                               eval_sequences=8)
+    start = setup.model("learned", 1).table.table.weight.detach().clone()
+    run = train_scheme(setup, "learned", seed=1, device="cpu")
+    table = run.model.table.table.weight.detach()
+    assert not torch.allclose(table[:7], start[:7])  # <bos> and 6 writes were trained
+    torch.testing.assert_close(table[7:], start[7:], rtol=0, atol=0)
+
+
+def test_length_extrapolation_runs_every_scheme_and_seed():
+    setup = ExtrapolationSetup(train_length=4, test_length=8, steps=6, eval_every=3,
+                               eval_sequences=8)
+    runs = length_extrapolation(setup, ["rope", "none"], [0, 1], device="cpu")
+    assert list(runs) == ["rope", "none"]
+    assert [(r.positional, r.seed) for r in runs["none"]] == [("none", 0), ("none", 1)]
+    assert runs["rope"][0].accuracy.shape == (2, 8)
+
+
+def test_plot_mean_std_draws_a_band_and_labels_each_curve():
+    import matplotlib.pyplot as plt
+
+    from attention_course.plotting import plot_mean_std
+
+    curves = {"a": torch.rand(3, 5), "b": torch.rand(1, 5)}
+    fig = plot_mean_std(curves, x=[2, 4, 6, 8, 10], mark=6, mark_label="trained up to here")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a (3 runs)", "b (1 runs)"]
+    means = [line for line in ax.get_lines() if line.get_label().startswith("a (")]
+    assert means[0].get_xdata().tolist() == [2, 4, 6, 8, 10]
+    torch.testing.assert_close(torch.tensor(means[0].get_ydata()), curves["a"].mean(0),
+                               check_dtype=False)
+    plt.close(fig)
+    with pytest.raises(ValueError, match=r"x has 2 points"):
+        plot_mean_std(curves, x=[1, 2])

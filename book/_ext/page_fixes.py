@@ -8,6 +8,8 @@
 - sphinxcontrib-bibtex's citations carry the deprecated ARIA role ``doc-biblioentry``
   inside a ``role="list"``, which screen readers cannot read as a list: they become
   list items.
+- Every page links to the same page in the other language's edition (the Chinese one
+  lives in ``zh_CN/`` under the English site).
 - ``a11y.js`` names what the theme and the widget manager leave nameless (the search
   button, the sidebar's expand toggles, slider handles, live widget figures);
   ``layout.css`` keeps printed output and inline code inside the page on any screen and
@@ -40,6 +42,19 @@ def _page(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any]
     ]
     if "body" in context:
         context["body"] = context["body"].replace('role="doc-biblioentry"', 'role="listitem"')
+        context["body"] = _twin_link(pagename, app.config.language) + context["body"]
+
+
+def _twin_link(pagename: str, language: str | None) -> str:
+    """A link to the same page in the other edition: the English one at the site's root,
+    the Chinese one in its ``zh_CN/`` folder."""
+    up = "../" * pagename.count("/")
+    if language == "zh_CN":
+        href, lang, text = f"{up}../{pagename}.html", "en", "English"
+    else:
+        href, lang, text = f"{up}zh_CN/{pagename}.html", "zh-CN", "中文版"
+    return (f'<p class="language-switch"><a href="{href}" hreflang="{lang}" lang="{lang}">'
+            f"{text}</a></p>")
 
 
 def setup(app: Sphinx) -> dict:

@@ -51,7 +51,8 @@ class Quiz(SphinxDirective):
     option_spec = {"answer": directives.positive_int_list}
 
     def run(self) -> list[nodes.Node]:
-        question = nodes.paragraph(classes=["quiz-question"])
+        question = nodes.paragraph(self.arguments[0], classes=["quiz-question"])
+        question.source, question.line = self.get_source_info()  # so it can be translated
         text_nodes, messages = self.state.inline_text(self.arguments[0], self.lineno)
         question += text_nodes
         body = nodes.container()

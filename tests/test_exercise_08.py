@@ -1,0 +1,322 @@
+"""Exercise 8: typical mistakes, applied to the reference solution, lose points with a
+message that names them.
+
+Each mistake is the solution notebook with a line or two changed, as a learner would
+write it; its feedback comes from ``run_checks`` (the grader's own judgement) and, for a
+notebook holding several mistakes at once, from the sandboxed grader itself. The listed
+mistakes must get their own message from the spec; mistakes the spec does not list must
+still get feedback a learner can act on.
+"""
+
+from __future__ import annotations
+
+import pytest
+from grading_helpers import ROOT, notebook_cells, write_notebook
+
+from attention_course.grading import get_exercise, run_checks
+from attention_course.grading.grader import grade_notebook
+from attention_course.grading.sandbox import Limits
+
+EX = "08_positions"
+EXERCISE = get_exercise(EX)
+SOLUTION = ROOT / "exercises" / "solutions" / f"{EX}.ipynb"
+
+
+def _cells(*changes: tuple[str, str]) -> list[str]:
+    """The solution's code cells, each ``(old, new)`` applied exactly once."""
+    joined = "\n\x00\n".join(notebook_cells(SOLUTION))
+    for old, new in changes:
+        assert joined.count(old) == 1, f"{old!r} occurs {joined.count(old)} times"
+        joined = joined.replace(old, new)
+    return joined.split("\n\x00\n")
+
+
+def _namespace(cells: list[str]) -> dict:
+    """The names the cells define; the check cells (which would only print) and the
+    demonstrations after them (each starts with a comment) are skipped."""
+    namespace: dict = {"__name__": "__main__"}
+    for source in cells:
+        if not source.startswith(("check(", "#")):
+            exec(compile(source, str(SOLUTION), "exec"), namespace)
+    return namespace
+
+
+def feedback(question: str, *changes: tuple[str, str]):
+    """The result ``check`` gives for one question of the changed solution."""
+    (result,) = run_checks(EX, question, namespace=_namespace(_cells(*changes)))
+    return result
+
+
+def message_of(question: str, mistake: str) -> str:
+    q = EXERCISE.question(question)
+    (found,) = [m.message for m in q.mistakes if m.name == mistake]
+    return found
+
+
+# --------------------------------------------------------------------------- solution lines
+A_H = "h = torch.arange(1, num_heads + 1, dtype=torch.float64)"
+A_SLOPES = "slopes = 2.0 ** (-8.0 * h / num_heads)"
+A_DISTANCE = "distance = (i[:, None] - i[None, :]).double()"
+A_BIAS = "bias = -slopes[:, None, None] * distance "
+A_RETURN = 'return bias.masked_fill(distance < 0, float("-inf")).float()'
+R_POSITIONS = "    positions = torch.arange(n, dtype=x.dtype)"
+R_THETA = "    theta = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)"
+R_PAIRS = "    even, odd = x[..., 0::2], x[..., 1::2]"
+R_FIRST = "    first = even * angle.cos() - odd * angle.sin()"
+R_SECOND = "    second = even * angle.sin() + odd * angle.cos()"
+R_RETURN = "    return torch.stack([first, second], dim=-1).flatten(-2)"
+ROTATE = "q, k = rotate_pairs(q), rotate_pairs(k)"
+ATTEND = "return F.scaled_dot_product_attention(q, k, v, is_causal=True)"
+SHARE = "return (1 - math.exp(-slope * w)) / (1 - math.exp(-slope * n))"
+G_ROW = "weights = torch.softmax(alibi(num_heads, n).double(), dim=-1)[:, -1]"
+G_FLIP = "nearest_first = weights.flip(-1).cumsum(-1)"
+G_COUNT = "rows.append((nearest_first < share - 1e-12).sum(-1) + 1)"
+
+
+def _choice(key: str, old: str, new: str) -> list[tuple[str, str]]:
+    return [(f'"{key}": "{old}"', f'"{key}": "{new}"')]
+
+
+# (question, mistake named in the spec, changes to the solution)
+LISTED = [
+    ("q1_alibi", "slopes_from_zero",
+     [(A_H, "h = torch.arange(num_heads, dtype=torch.float64)")]),
+    ("q1_alibi", "slopes_halves", [(A_SLOPES, "slopes = 2.0 ** -h")]),
+    ("q1_alibi", "slopes_reversed", [(A_SLOPES, f"slopes = ({A_SLOPES[9:]}).flip(0)")]),
+    ("q1_alibi", "one_slope",
+     [(A_SLOPES, "slopes = torch.full_like(h, 2.0 ** (-8.0 / num_heads))")]),
+    ("q1_alibi", "positive", [(A_BIAS, "bias = slopes[:, None, None] * distance ")]),
+    ("q1_alibi", "transposed", [(A_DISTANCE, "distance = (i[None, :] - i[:, None]).double()")]),
+    ("q1_alibi", "no_mask",
+     [(A_RETURN, "return (-slopes[:, None, None] * distance.abs()).float()")]),
+    ("q1_alibi", "unmasked", [(A_RETURN, "return bias.float()")]),
+    ("q1_alibi", "zero_above", [(A_RETURN, "return bias.masked_fill(distance < 0, 0.0).float()")]),
+    ("q1_alibi", "large_negative",
+     [(A_RETURN, "return bias.masked_fill(distance < 0, -1e9).float()")]),
+    ("q1_alibi", "diagonal_masked",
+     [(A_RETURN, 'return bias.masked_fill(distance <= 0, float("-inf")).float()')]),
+    ("q2_rotate_pairs", "unfixed",
+     [(R_POSITIONS, "    positions = torch.arange(1, n + 1, dtype=x.dtype)"),
+      (R_SECOND, "    second = odd * angle.cos() - even * angle.sin()")]),
+    ("q2_rotate_pairs", "sign_still_wrong",
+     [(R_SECOND, "    second = odd * angle.cos() - even * angle.sin()")]),
+    ("q2_rotate_pairs", "positions_from_one",
+     [(R_POSITIONS, "    positions = torch.arange(1, n + 1, dtype=x.dtype)")]),
+    ("q2_rotate_pairs", "clockwise",
+     [(R_FIRST, "    first = even * angle.cos() + odd * angle.sin()"),
+      (R_SECOND, "    second = -even * angle.sin() + odd * angle.cos()")]),
+    ("q2_rotate_pairs", "rotate_half",
+     [(R_PAIRS, "    even, odd = x[..., : d // 2], x[..., d // 2 :]"),
+      (R_RETURN, "    return torch.cat([first, second], dim=-1)")]),
+    ("q2_rotate_pairs", "base_ignored",
+     [(R_THETA, "    theta = 10000 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)")]),
+    ("q2_rotate_pairs", "pair_number_over_d",
+     [(R_THETA, "    theta = base ** (-torch.arange(d // 2, dtype=x.dtype) / d)")]),
+    ("q3_rope_attention", "values_rotated",
+     [(ROTATE, "q, k, v = rotate_pairs(q), rotate_pairs(k), rotate_pairs(v)")]),
+    ("q3_rope_attention", "queries_only", [(ROTATE, "q = rotate_pairs(q)")]),
+    ("q3_rope_attention", "keys_only", [(ROTATE, "k = rotate_pairs(k)")]),
+    ("q3_rope_attention", "output_rotated",
+     [(ATTEND, "return rotate_pairs(F.scaled_dot_product_attention(q, k, v, "
+               "is_causal=True))")]),
+    ("q3_rope_attention", "not_causal", [(ATTEND, ATTEND.replace("True", "False"))]),
+    ("q3_rope_attention", "nothing_rotated", [(ROTATE, "pass")]),
+    ("q4_recent_share", "endless", [(SHARE, "return 1 - math.exp(-slope * w)")]),
+    ("q4_recent_share", "one_more", [(SHARE, SHARE.replace("slope * w", "slope * (w + 1)"))]),
+    ("q4_recent_share", "one_fewer", [(SHARE, SHARE.replace("slope * w", "slope * (w - 1)"))]),
+    ("q4_recent_share", "uniform", [(SHARE, "return w / n")]),
+    ("q4_recent_share", "oldest",
+     [(SHARE, "return (math.exp(-slope * (n - w)) - math.exp(-slope * n)) / "
+              "(1 - math.exp(-slope * n))")]),
+    ("q4_recent_share", "single_key",
+     [(SHARE, "return math.exp(-slope * (w - 1)) * (1 - math.exp(-slope)) / "
+              "(1 - math.exp(-slope * n))")]),
+    ("q5_predict_swap", "none_last_different", _choice("none_last", "same", "different")),
+    ("q5_predict_swap", "rope_last_same", _choice("rope_last", "different", "same")),
+    ("q5_predict_swap", "alibi_last_same", _choice("alibi_last", "different", "same")),
+    ("q5_predict_swap", "none_first_same", _choice("none_first", "different", "same")),
+    ("q6_alibi_reach", "oldest_first", [(G_FLIP, "nearest_first = weights.cumsum(-1)")]),
+    ("q6_alibi_reach", "first_query", [(G_ROW, G_ROW.replace("[:, -1]", "[:, 0]"))]),
+    ("q6_alibi_reach", "one_fewer", [(G_COUNT, G_COUNT.replace(" + 1)", ")"))]),
+    ("q6_alibi_reach", "one_more", [(G_COUNT, G_COUNT.replace(" + 1)", " + 2)"))]),
+]
+
+
+@pytest.fixture(scope="module")
+def solution_results():
+    return {r.id: r for r in run_checks(EX, namespace=_namespace(_cells()))}
+
+
+def test_solution_passes(solution_results):
+    assert all(r.passed for r in solution_results.values()), solution_results
+
+
+def test_every_listed_mistake_is_tested():
+    tested = {(q, m) for q, m, _ in LISTED}
+    listed = {(q.id, m.name) for q in EXERCISE.questions for m in q.mistakes}
+    assert listed == tested
+
+
+@pytest.mark.parametrize(("question", "mistake", "changes"), LISTED,
+                         ids=[f"{q}-{m}" for q, m, _ in LISTED])
+def test_listed_mistake_is_named(question, mistake, changes):
+    result = feedback(question, *changes)
+    assert result.points < result.max_points
+    assert message_of(question, mistake) in result.message, result.message
+
+
+def test_a_wrong_prediction_keeps_the_right_parts():
+    result = feedback("q5_predict_swap", *_choice("rope_last", "different", "same"),
+                      *_choice("none_first", "different", "same"))
+    assert (result.points, result.max_points) == (2, 4)
+    assert message_of("q5_predict_swap", "rope_last_same") in result.message
+    assert message_of("q5_predict_swap", "none_first_same") in result.message
+
+
+def test_the_starter_scores_nothing_and_is_named():
+    learner = ROOT / "exercises" / f"{EX}.ipynb"
+    cells = [c.replace('    raise NotImplementedError("fix the two bugs, then delete this '
+                       'line")\n', "")
+             for c in notebook_cells(learner)]
+    namespace = {**_namespace(_cells()), **{"rotate_pairs": _namespace(cells)["rotate_pairs"]}}
+    (result,) = run_checks(EX, "q2_rotate_pairs", namespace=namespace)
+    assert result.points == 0
+    assert message_of("q2_rotate_pairs", "unfixed") in result.message
+
+
+# --------------------------------------------------------------------------- mistakes the
+# spec does not list: the feedback must still say something a learner can act on
+def test_unlisted_squared_distance_says_the_growth_is_wrong():
+    result = feedback("q1_alibi", (A_BIAS, "bias = -slopes[:, None, None] * distance ** 2 "))
+    assert "right for the key just before each query, but not further back" in result.message
+
+
+def test_unlisted_slopes_over_the_heads_minus_one_say_check_the_slopes():
+    result = feedback("q1_alibi", (A_SLOPES, "slopes = 2.0 ** (-8.0 * h / (num_heads + 1))"))
+    assert "check the slopes" in result.message
+
+
+def test_unlisted_nan_above_the_diagonal_is_caught():
+    result = feedback("q1_alibi", (A_RETURN, 'return bias.masked_fill(distance < 0, '
+                                             'float("nan")).float()'))
+    assert result.points == 0 and "minus infinity" in result.message
+
+
+def test_unlisted_bias_offset_by_one_says_the_diagonal_is_wrong():
+    result = feedback("q1_alibi", (A_BIAS, "bias = -slopes[:, None, None] * (distance + 1) "))
+    assert "own key is at distance 0 and must get bias 0" in result.message
+
+
+def test_unlisted_missing_head_axis_gets_the_shape_message():
+    result = feedback("q1_alibi", (A_RETURN, A_RETURN.replace(".float()", ".float()[0]")))
+    assert "expected shape (4, 5, 5), got (5, 5)" in result.message
+
+
+def test_unlisted_reversed_positions_are_caught_at_position_zero():
+    result = feedback("q2_rotate_pairs",
+                      (R_POSITIONS, "    positions = torch.arange(n, dtype=x.dtype).flip(0)"))
+    assert "position 0 is the identity" in result.message
+
+
+def test_unlisted_outputs_in_the_wrong_order_are_caught_at_position_zero():
+    result = feedback("q2_rotate_pairs",
+                      (R_RETURN, "    return torch.stack([second, first], dim=-1).flatten(-2)"))
+    assert "position 0 is the identity" in result.message
+
+
+def test_unlisted_doubled_angle_gets_the_values_message():
+    result = feedback("q2_rotate_pairs",
+                      ("    angle = positions[:, None] * theta",
+                       "    angle = 2 * positions[:, None] * theta"))
+    assert result.points == 0 and "values differ; at index" in result.message
+    assert "8.4 RoPE: rotating pairs of features" in result.hint
+
+
+def test_unlisted_detached_rotation_loses_the_gradient():
+    result = feedback("q2_rotate_pairs", (R_RETURN, R_RETURN + ".detach()"))
+    assert "does not carry gradients back to the inputs" in result.message
+
+
+def test_unlisted_broken_rotation_is_named_in_the_attention_question():
+    results = run_checks(EX, "q2_rotate_pairs", "q3_rope_attention", namespace=_namespace(
+        _cells((R_POSITIONS, "    positions = torch.arange(1, n + 1, dtype=x.dtype)"))))
+    rotate, attention = results
+    assert not rotate.passed
+    # positions from 1 shift every position alike: relative scores, so attention passes
+    assert attention.passed
+    results = run_checks(EX, "q2_rotate_pairs", "q3_rope_attention", namespace=_namespace(
+        _cells((R_SECOND, "    second = odd * angle.cos() - even * angle.sin()"))))
+    assert results[1].message.startswith("this question calls your answer to q2_rotate_pairs")
+
+
+def test_unlisted_unscaled_scores_in_the_attention():
+    attention = ("    qr, kr = rotate_pairs(q), rotate_pairs(k)\n"
+                 "    weights = torch.softmax((qr @ kr.transpose(-2, -1)).masked_fill(\n"
+                 "        torch.ones(q.shape[-2], q.shape[-2]).triu(1).bool(), "
+                 "float('-inf')), dim=-1)\n"
+                 "    return weights @ v")
+    result = feedback("q3_rope_attention", (f"    {ROTATE}\n    {ATTEND}", attention))
+    assert result.points == 0 and "values differ; at index" in result.message
+
+
+def test_unlisted_base_two_in_the_derivation_says_by_how_much():
+    result = feedback("q4_recent_share",
+                      (SHARE, "return (1 - 2 ** (-slope * w)) / (1 - 2 ** (-slope * n))"))
+    assert result.points == 0 and "times too" in result.message
+    assert "expected" not in result.message  # a derived number is never given away
+
+
+def test_unlisted_answer_outside_the_choices_lists_them():
+    result = feedback("q5_predict_swap", *_choice("alibi_last", "different", "changes"))
+    assert "'changes' is not one of the choices: 'same', 'different'" in result.message
+    assert result.points == 3
+
+
+def test_unlisted_missing_key_names_the_keys():
+    result = feedback("q5_predict_swap", ('"none_last": "same", ', ""))
+    assert ("return a dict with the keys 'none_last', 'rope_last', 'alibi_last', "
+            "'none_first'") in result.message
+
+
+def test_unlisted_float_reach_gets_the_dtype_message():
+    result = feedback("q6_alibi_reach", ("return torch.stack(rows)", "return torch.stack(rows)"
+                                                                     ".float()"))
+    assert "expected an integer tensor" in result.message
+
+
+def test_unlisted_heads_by_lengths_gets_the_shape_message():
+    result = feedback("q6_alibi_reach", ("return torch.stack(rows)", "return torch.stack(rows).T"))
+    assert "expected shape (3, 4), got (4, 3)" in result.message
+
+
+def test_unlisted_wrong_bias_makes_the_experiment_say_so():
+    result = run_checks(EX, "q1_alibi", "q6_alibi_reach", namespace=_namespace(
+        _cells((A_H, "h = torch.arange(num_heads, dtype=torch.float64)"))))
+    assert not result[0].passed and not result[1].passed
+    assert result[1].message.startswith("this question calls your answer to q1_alibi")
+
+
+# --------------------------------------------------------------------------- the grader
+def test_grader_names_the_mistakes_in_the_sandbox(tmp_path):
+    cells = _cells(
+        (A_SLOPES, "slopes = 2.0 ** -h"),
+        (R_SECOND, "    second = odd * angle.cos() - even * angle.sin()"),
+        (SHARE, "return 1 - math.exp(-slope * w)"),
+        *_choice("none_last", "same", "different"),
+    )
+    (tmp_path / "learner").mkdir()
+    path = write_notebook(tmp_path / "learner" / f"{EX}.ipynb", cells, EX)
+    record = grade_notebook(path, limits=Limits(timeout=60))
+    by_id = {q.id: q for q in record.questions}
+    assert record.error is None and record.notebook_errors == []
+    # q1, q2, q3 (calls q2), q4 and q6 (calls q1) lose everything, q5 one part
+    assert record.score == record.max_score - 2 - 3 - 2 - 3 - 1 - 3
+    assert message_of("q1_alibi", "slopes_halves") in by_id["q1_alibi"].message
+    assert message_of("q2_rotate_pairs", "sign_still_wrong") in by_id["q2_rotate_pairs"].message
+    assert by_id["q3_rope_attention"].message.startswith(
+        "this question calls your answer to q2_rotate_pairs")
+    assert message_of("q4_recent_share", "endless") in by_id["q4_recent_share"].message
+    assert message_of("q5_predict_swap", "none_last_different") in \
+        by_id["q5_predict_swap"].message
+    assert by_id["q5_predict_swap"].points == 3
+    assert by_id["q6_alibi_reach"].message.startswith("this question calls your answer to q1_alibi")
