@@ -153,7 +153,8 @@ def step_times(model, src_ids: Tensor, bos_id: int, num_tokens: int,
     stamps: list[float] = []
 
     def pick(logits: Tensor) -> Tensor:
-        if logits.is_cuda:  # wait for the step to finish before reading the clock
+        # wait for the step to finish before reading the clock
+        if logits.is_cuda:
             torch.cuda.synchronize(logits.device)
         stamps.append(time.perf_counter())
         return logits.argmax(-1)

@@ -180,10 +180,11 @@ STEP_MISTAKES = (
 
 def _step_diagnose(case: Case, expected: Any, got: Any) -> str | None:
     want, mine = _sequence_parts(expected), _sequence_parts(got)
-    if want is None or mine is None or any(w.shape != m.shape for w, m in zip(want, mine)):
+    if want is None or mine is None or any(
+            w.shape != m.shape for w, m in zip(want, mine, strict=True)):
         return None
     close = [bool(torch.allclose(w.double(), m.double(), rtol=1e-4, atol=1e-5))
-             for w, m in zip(want, mine)]
+             for w, m in zip(want, mine, strict=True)]
     if not close[0] and all(close[1:]):
         return ("your keys and values are right, the output is not: look at the mask, the "
                 "scale and the softmax")
