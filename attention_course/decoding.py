@@ -410,7 +410,7 @@ class KVHeadsSetup:
     d_model: int = 64
     num_heads: int = 8
     num_layers: int = 1
-    steps: int = 200
+    steps: int = 250
     batch_size: int = 64
     lr: float = 3e-3
     eval_every: int = 50
