@@ -157,12 +157,12 @@ STEP_MISTAKES = (
     Mistake("new_first", _step_variant(order="new_first"),
             "your new keys and values come before the cached ones: the cache holds the "
             "earlier positions, so new entries go at the end, in order (the keys and values "
-            "you return are in the wrong order too)"),
+            "given back are in the wrong order too)"),
     Mistake("not_appended", _not_appended,
             "your keys and values hold only the old cache: the new tokens' keys and values "
             "must be appended, returned, and attended to (a token sees itself)"),
     Mistake("attend_before_append", _step_variant(attend="cache_only"),
-            "you return the right keys and values, but the new tokens attend only to the "
+            "your keys and values are right, but the new tokens attend only to the "
             "old cache: append first, then attend, so that a new token also sees itself "
             "(and the new tokens before it)"),
     Mistake("unscaled", _step_variant(scale="none"),
@@ -585,7 +585,7 @@ BEAM_MISTAKES = (
             "sum of their logs"),
     Mistake("reported_second_only",
             _beam_variant(_top, report=lambda a, b: b),
-            "your tokens are right, but the log-probability you return is the second "
+            "your tokens are right, but the log-probability you give back is the second "
             "token's alone: the output's log-probability adds both tokens'"),
 )
 
