@@ -338,3 +338,44 @@ def test_decoding_on_cuda(positional):
     assert torch.equal(beam_search(model, src, 1, 12, beam_size=1)[0], cached)
     generator = torch.Generator("cuda").manual_seed(0)
     assert sample_decode(model, src, 1, 12, top_p=0.9, generator=generator).is_cuda
+
+
+def test_kv_heads_experiment_trains_and_translates():
+    from attention_course.data.translation import make_translation_corpus
+    from attention_course.decoding import (
+        KVHeadsSetup,
+        kv_heads_experiment,
+        translate,
+    )
+
+    corpus = make_translation_corpus(n_train=64, n_val=8, n_test=6)
+    setup = KVHeadsSetup(d_model=16, num_heads=4, steps=4, eval_every=2,
+                         batch_size=16)
+    runs = kv_heads_experiment(corpus, setup, kv_heads=(4, 1), seeds=(0, 1),
+                               device="cpu")
+    assert sorted(runs) == [1, 4]
+    for heads, per_seed in runs.items():
+        assert [run.seed for run in per_seed] == [0, 1]
+        for run in per_seed:
+            assert run.num_kv_heads == heads
+            assert run.curves["step"] == [0, 2, 4]
+            assert len(run.curves["val_loss"]) == 3
+            assert all(0 <= a <= 1 for a in run.curves["val_token_accuracy"])
+            attention = run.model.decoder.layers[0].self_attn
+            assert attention.num_kv_heads == heads
+    # different seeds, different weights
+    first, second = (run.model.output.weight for run in runs[4])
+    assert not torch.equal(first, second)
+    model = runs[4][0].model
+    greedy, greedy_lp = translate(model, corpus, corpus.test, max_len=5)
+    beam, beam_lp = translate(model, corpus, corpus.test, beam_size=3,
+                              max_len=5)
+    assert len(greedy) == len(beam) == len(corpus.test)
+    assert all(isinstance(word, str) for row in greedy + beam for word in row)
+    assert greedy_lp.shape == beam_lp.shape == (len(corpus.test),)
+    assert (greedy_lp <= 0).all() and (beam_lp <= 0).all()
+    # a batch size that splits the pairs gives the same translations
+    split, split_lp = translate(model, corpus, corpus.test, max_len=5,
+                                batch_size=4)
+    assert split == greedy
+    torch.testing.assert_close(split_lp, greedy_lp, rtol=1e-4, atol=1e-4)
