@@ -459,13 +459,14 @@ def train_translator(corpus, setup: KVHeadsSetup, num_kv_heads: int,
 
     optimizer = torch.optim.Adam(model.parameters(), lr=setup.lr,
                                  betas=(0.9, 0.98))
-    _, curves = train_with_validation(
+    curves = train_with_validation(
         model, translation_loss,
         corpus.loader("train", batch_size=setup.batch_size, seed=seed),
-        validate, steps=setup.steps, eval_every=setup.eval_every,
+        validate, max_steps=setup.steps, eval_every=setup.eval_every,
         optimizer=optimizer, device=device, progress=progress,
         desc=f"{num_kv_heads} KV heads, seed {seed}")
-    return KVHeadsRun(num_kv_heads, seed, model.eval(), curves)
+    return KVHeadsRun(num_kv_heads, seed, model.eval(),
+                      {"step": curves.steps, **curves.val})
 
 
 def kv_heads_experiment(corpus, setup: KVHeadsSetup,
