@@ -110,6 +110,8 @@ LISTED = [
       (R_RETURN, "    return torch.cat([first, second], dim=-1)")]),
     ("q2_rotate_pairs", "base_ignored",
      [(R_THETA, "    theta = 10000 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)")]),
+    ("q2_rotate_pairs", "speeds_grow",
+     [(R_THETA, "    theta = base ** (torch.arange(0, d, 2, dtype=x.dtype) / d)")]),
     ("q2_rotate_pairs", "pair_number_over_d",
      [(R_THETA, "    theta = base ** (-torch.arange(d // 2, dtype=x.dtype) / d)")]),
     ("q3_rope_attention", "values_rotated",
@@ -121,10 +123,25 @@ LISTED = [
                "is_causal=True))")]),
     ("q3_rope_attention", "not_causal", [(ATTEND, ATTEND.replace("True", "False"))]),
     ("q3_rope_attention", "nothing_rotated", [(ROTATE, "pass")]),
+    ("q3_rope_attention", "unscaled", [(ATTEND, ATTEND.replace("True)", "True, scale=1.0)"))]),
+    ("q3_rope_attention", "divided_by_d",
+     [(ATTEND, ATTEND.replace("True)", "True, scale=1 / q.shape[-1])"))]),
+    ("q3_rope_attention", "diagonal_masked",
+     [(ATTEND, "n = q.shape[-2]\n    return F.scaled_dot_product_attention(q, k, v, "
+               "attn_mask=torch.ones(n, n, dtype=torch.bool).tril(-1))")]),
+    ("q3_rope_attention", "softmax_over_queries",
+     [(ATTEND, "scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+               "    hidden = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).triu(1)\n"
+               "    return scores.masked_fill(hidden, float('-inf')).softmax(-2) @ v")]),
     ("q4_recent_share", "endless", [(SHARE, "return 1 - math.exp(-slope * w)")]),
     ("q4_recent_share", "one_more", [(SHARE, SHARE.replace("slope * w", "slope * (w + 1)"))]),
     ("q4_recent_share", "one_fewer", [(SHARE, SHARE.replace("slope * w", "slope * (w - 1)"))]),
     ("q4_recent_share", "uniform", [(SHARE, "return w / n")]),
+    ("q4_recent_share", "own_key_left_out",
+     [(SHARE, "return sum(math.exp(-slope * t) for t in range(1, w + 1)) / "
+              "sum(math.exp(-slope * t) for t in range(n))")]),
+    ("q4_recent_share", "n_plus_one_terms",
+     [(SHARE, SHARE.replace("slope * n", "slope * (n + 1)"))]),
     ("q4_recent_share", "oldest",
      [(SHARE, "return (math.exp(-slope * (n - w)) - math.exp(-slope * n)) / "
               "(1 - math.exp(-slope * n))")]),
@@ -135,6 +152,8 @@ LISTED = [
     ("q5_predict_swap", "rope_last_same", _choice("rope_last", "different", "same")),
     ("q5_predict_swap", "alibi_last_same", _choice("alibi_last", "different", "same")),
     ("q5_predict_swap", "none_first_same", _choice("none_first", "different", "same")),
+    ("q6_alibi_reach", "not_normalised", [(G_ROW, "weights = alibi(num_heads, n).double()"
+                                                   ".exp()[:, -1]")]),
     ("q6_alibi_reach", "oldest_first", [(G_FLIP, "nearest_first = weights.cumsum(-1)")]),
     ("q6_alibi_reach", "first_query", [(G_ROW, G_ROW.replace("[:, -1]", "[:, 0]"))]),
     ("q6_alibi_reach", "one_fewer", [(G_COUNT, G_COUNT.replace(" + 1)", ")"))]),
@@ -256,7 +275,7 @@ def test_unlisted_unscaled_scores_in_the_attention():
                  "float('-inf')), dim=-1)\n"
                  "    return weights @ v")
     result = feedback("q3_rope_attention", (f"    {ROTATE}\n    {ATTEND}", attention))
-    assert result.points == 0 and "values differ; at index" in result.message
+    assert result.points == 0 and message_of("q3_rope_attention", "unscaled") in result.message
 
 
 def test_unlisted_base_two_in_the_derivation_says_by_how_much():
@@ -294,6 +313,46 @@ def test_unlisted_wrong_bias_makes_the_experiment_say_so():
         _cells((A_H, "h = torch.arange(num_heads, dtype=torch.float64)"))))
     assert not result[0].passed and not result[1].passed
     assert result[1].message.startswith("this question calls your answer to q1_alibi")
+
+
+def test_unlisted_growing_weights_are_named_like_the_oldest_keys():
+    result = feedback("q4_recent_share",
+                      (SHARE, "return (1 - math.exp(slope * w)) / (1 - math.exp(slope * n))"))
+    assert result.points == 0 and "weights grow with the distance" in result.message
+
+
+def test_unlisted_softmax_over_the_queries_in_the_experiment_is_named():
+    result = feedback("q6_alibi_reach", (G_ROW, G_ROW.replace("dim=-1", "dim=-2")))
+    assert result.points == 0
+    assert message_of("q6_alibi_reach", "not_normalised") in result.message
+
+
+CORRECT_BUT_DIFFERENT = [
+    ("q1_alibi", [(A_RETURN, 'return bias.masked_fill(distance < 0, float("-inf"))')]),
+    ("q2_rotate_pairs", [(R_POSITIONS, "    x = x.double()\n" + R_POSITIONS)]),
+    ("q2_rotate_pairs", [(R_RETURN, "    out = torch.zeros_like(x)\n"
+                                    "    for j in range(d // 2):\n"
+                                    "        out = out.clone()\n"
+                                    "        out[..., 2 * j] = first[..., j]\n"
+                                    "        out[..., 2 * j + 1] = second[..., j]\n"
+                                    "    return out")]),
+    ("q3_rope_attention",
+     [(ATTEND, "s = torch.einsum('bhid,bhjd->bhij', q, k) / q.shape[-1] ** 0.5\n"
+               "    hidden = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).triu(1)\n"
+               "    return torch.einsum('bhij,bhjd->bhid', "
+               "s.masked_fill(hidden, float('-inf')).softmax(-1), v)")]),
+    ("q4_recent_share",
+     [(SHARE, "return sum(math.exp(-slope * t) for t in range(w)) / "
+              "sum(math.exp(-slope * t) for t in range(n))")]),
+    ("q6_alibi_reach", [(G_COUNT, "rows.append((nearest_first <= share).sum(-1) + 1)")]),
+]
+
+
+@pytest.mark.parametrize(("question", "changes"), CORRECT_BUT_DIFFERENT,
+                         ids=[f"{q}-{i}" for i, (q, _) in enumerate(CORRECT_BUT_DIFFERENT)])
+def test_a_correct_but_different_answer_gets_full_marks(question, changes):
+    result = feedback(question, *changes)
+    assert result.passed, result.message
 
 
 # --------------------------------------------------------------------------- the grader

@@ -38,7 +38,7 @@ def feedback(question_id: str, answer, **also):
 
 # --------------------------------------------------------------------------- question 1
 def _step(mask="bottom_right", order="old_first", scale="head", attend="all", dim=-1,
-          append=True):
+          append=True, hide="inf"):
     """A cached attention step written with PyTorch's fused attention where it can be."""
 
     def cached_attention_step(x_new, w_q, w_k, w_v, cache_k, cache_v):
@@ -56,13 +56,19 @@ def _step(mask="bottom_right", order="old_first", scale="head", attend="all", di
         allowed = {"bottom_right": torch.ones(n, t, dtype=torch.bool).tril(t - n),
                    "top_left": torch.ones(n, t, dtype=torch.bool).tril(0),
                    "no_diagonal": torch.ones(n, t, dtype=torch.bool).tril(t - n - 1),
+                   "one_future": torch.ones(n, t, dtype=torch.bool).tril(t - n + 1),
                    "none": torch.ones(n, t, dtype=torch.bool)}[mask]
         if attend == "cache":
             allowed = torch.ones(n, t, dtype=torch.bool)
         size = {"head": q.shape[-1], "model": x_new.shape[-1], "none": 1}[scale]
-        scores = (q @ att_k.transpose(1, 2) / math.sqrt(size)).masked_fill(~allowed,
-                                                                           -math.inf)
-        weights = torch.softmax(scores, dim=dim).nan_to_num(0.0)
+        scores = q @ att_k.transpose(1, 2) / math.sqrt(size)
+        if hide == "zero":  # scores times the mask: hidden keys score 0
+            weights = torch.softmax(scores * allowed, dim=dim)
+        elif hide == "after":  # weights times the mask, not renormalised
+            weights = torch.softmax(scores, dim=dim) * allowed
+        else:
+            weights = torch.softmax(scores.masked_fill(~allowed, -math.inf),
+                                    dim=dim).nan_to_num(0.0)
         return weights @ att_v, keys, values
 
     return cached_attention_step
@@ -164,6 +170,9 @@ LISTED = [
     ("q1_cached_step", _step(mask="none"), "also sees the new tokens after it"),
     ("q1_cached_step", _step(mask="no_diagonal"), "denied its own key"),
     ("q1_cached_step", _step(order="new_first"), "come before the cached ones"),
+    ("q1_cached_step", _step(mask="one_future"), "your mask is shifted by one"),
+    ("q1_cached_step", _step(hide="zero"), "a score of 0 still gets weight"),
+    ("q1_cached_step", _step(hide="after"), "weights after the softmax"),
     ("q1_cached_step", _step(append=False, attend="cache"), "hold only the old cache"),
     ("q1_cached_step", _step(attend="cache"), "attend only to the old cache"),
     ("q1_cached_step", _step(scale="none"), "not divided by the square root of the head size"),
@@ -181,6 +190,12 @@ LISTED = [
     ("q3_work", _work(rows=lambda t: t * t), "you counted T tokens at every step"),
     ("q3_work", _work(rows=lambda t: t * (t - 1) // 2), "already reads one token"),
     ("q3_work", _work(rows=lambda t: t), "that is the count with the cache"),
+    ("q3_work", _work(rows=lambda t: sum(s + 1 for s in range(1, t + 1))),
+     "reads t tokens, <bos> included"),
+    ("q3_work", _work(pairs=lambda t: sum((s + 1) * (s + 2) // 2 for s in range(1, t + 1))),
+     "attends among t tokens, <bos> included"),
+    ("q3_work", _work(cached=lambda t: sum(s + 1 for s in range(1, t + 1))),
+     "meets t keys, <bos> and its own included"),
     ("q3_work", _loop_count, "every query-key pair of a step"),
     ("q3_work", _work(pairs=lambda t: (t - 1) * t * (t + 1) // 6), "left out the diagonal"),
     ("q3_work", _work(pairs=lambda t: t * (t + 1) // 2), "the pairs of one step"),
@@ -190,6 +205,11 @@ LISTED = [
     ("q5_kv_heads", _heads(lambda L, d, b, t: L * d * b * t), "a key and a value"),
     ("q5_kv_heads", _heads(lambda L, d, b, t: 2 * d * b * t), "every layer of the decoder"),
     ("q5_kv_heads", _heads(_bytes, divisor=False), "does not divide the number of query"),
+    ("q5_kv_heads", _heads(lambda L, d, b, t: 2 * L * b * t), "one number per dimension"),
+    ("q5_kv_heads", _heads(lambda L, d, b, t: 2 * L * d * t), "you counted numbers, not bytes"),
+    ("q5_kv_heads",
+     lambda L, H, d, b, t, budget: _heads(lambda *a: H * _bytes(*a))(L, H, d, b, t, budget),
+     "once per query head as well"),
     ("q5_kv_heads", _heads(lambda L, d, b, t: 8 * _bytes(L, d, b, t)), "you counted bits"),
     ("q5_kv_heads", _heads(_bytes, strict=True), "fills the budget exactly"),
     ("q5_kv_heads", _heads(_bytes, smallest=True), "the smallest number that fits"),
@@ -203,6 +223,7 @@ LISTED = [
     ("q6_beam", _beam(rank=lambda a, b: a * b, report=lambda a, b: a * b),
      "multiplied log-probabilities"),
     ("q6_beam", _beam(report=lambda a, b: b), "the second token's alone"),
+    ("q6_beam", _beam(report=lambda a, b: (a + b) / 2), "the mean of the two tokens'"),
 ]
 
 
@@ -261,6 +282,26 @@ def _beam_swapped(log_p1, log_p2, beam_size):
     return second, first, log_prob
 
 
+def _chunked_own_chunk_only(x, w_q, w_k, w_v, chunk):
+    """The cache replaced by each chunk instead of extended: the same outputs as the given
+    code, whose message must say that each token sees only its own chunk."""
+    outputs = []
+    for start in range(0, x.shape[1], chunk):
+        x_new = x[:, start:start + chunk]
+        outputs.append(F.scaled_dot_product_attention(x_new @ w_q, x_new @ w_k, x_new @ w_v,
+                                                      is_causal=True))
+    return torch.cat(outputs, dim=1)
+
+
+def _beam_index_by_beam_size(log_p1, log_p2, beam_size):
+    """The flat index of the best extension divided by the beam size, not the vocabulary."""
+    vocab = log_p1.shape[0]
+    kept = log_p1.topk(min(beam_size, vocab)).indices
+    totals = log_p1[kept, None] + log_p2[kept]
+    best = int(totals.argmax())
+    return int(kept[best // beam_size]), best % vocab, float(totals.flatten()[best])
+
+
 def _beam_rank(log_p1, log_p2, beam_size):
     """The position in the sorted beam returned instead of the token id."""
     vocab = log_p1.shape[0]
@@ -292,6 +333,9 @@ NOT_LISTED = [
     ("q6_beam", _beam_probability, "returned the output's probability"),
     ("q6_beam", _beam_swapped, "your two tokens are swapped"),
     ("q6_beam", _beam_rank, "its rank among the most likely first tokens"),
+    ("q2_chunked_debug", _chunked_own_chunk_only,
+     "each token sees only the tokens of its own chunk"),
+    ("q6_beam", _beam_index_by_beam_size, "raised IndexError"),
 ]
 
 
@@ -305,6 +349,45 @@ def test_each_mistake_loses_points_with_a_message_that_names_it(kind, question_i
     """Listed mistakes get their own message; the others a diagnosis that says what is off."""
     result = feedback(question_id, answer)
     assert words in result.message, result.message
+
+
+def _step_float64_einsum(x_new, w_q, w_k, w_v, cache_k, cache_v):
+    """Right, in float64 and with einsum."""
+    x_new, w_q, w_k, w_v, cache_k, cache_v = (
+        t.double() for t in (x_new, w_q, w_k, w_v, cache_k, cache_v))
+    q = x_new @ w_q
+    keys, values = torch.cat([cache_k, x_new @ w_k], 1), torch.cat([cache_v, x_new @ w_v], 1)
+    n, t = q.shape[1], keys.shape[1]
+    scores = torch.einsum("bqd,bkd->bqk", q, keys) / q.shape[-1] ** 0.5
+    hidden = ~torch.ones(n, t, dtype=torch.bool).tril(t - n)
+    weights = torch.softmax(scores.masked_fill(hidden, -math.inf), -1).nan_to_num(0.0)
+    return torch.einsum("bqk,bkd->bqd", weights, values), keys, values
+
+
+def _beam_best_per_first_token(log_p1, log_p2, beam_size):
+    """Right: each kept first token's best second token, then the best of those."""
+    kept = log_p1.topk(min(beam_size, log_p1.shape[0])).indices
+    seconds = log_p2[kept].argmax(-1)
+    totals = log_p1[kept] + log_p2[kept, seconds]
+    i = int(totals.argmax())
+    return int(kept[i]), int(seconds[i]), float(totals[i])
+
+
+CORRECT_BUT_DIFFERENT = [
+    ("q1_cached_step", _step_float64_einsum),
+    ("q3_work", lambda t: {"uncached_rows": sum(range(1, t + 1)),
+                           "uncached_pairs": sum(s * (s + 1) // 2 for s in range(1, t + 1)),
+                           "cached_pairs": sum(range(1, t + 1))}),
+    ("q5_kv_heads", _heads(_bytes)),
+    ("q6_beam", _beam_best_per_first_token),
+]
+
+
+@pytest.mark.parametrize("question_id, answer", CORRECT_BUT_DIFFERENT,
+                         ids=[q for q, _ in CORRECT_BUT_DIFFERENT])
+def test_a_correct_but_different_answer_gets_full_marks(question_id, answer):
+    result = judge(EXERCISE, question_id, answer)
+    assert result.passed, result.message
 
 
 def test_partial_credit_per_part():

@@ -314,6 +314,126 @@ def test_one_line_edits_of_the_debugged_code_are_named(old, new, words):
     assert_named(result, *words)
 
 
+# --------------------------------------------------------------------------- found by a
+# tester acting as a student: written here as a learner would, each must be named
+def _merge_absolute(a, b):
+    """The exponentials of the maxima themselves: a log-sum-exp without its maximum."""
+    f_a, f_b = torch.exp(a["row_max"]), torch.exp(b["row_max"])
+    return {"row_max": torch.maximum(a["row_max"], b["row_max"]),
+            "row_sum": f_a * a["row_sum"] + f_b * b["row_sum"],
+            "acc": f_a[:, None] * a["acc"] + f_b[:, None] * b["acc"]}
+
+
+def _backward(weights="lse", weighted_delta=True):
+    def block_backward(query, key, value, grad_out, out, lse, scale):
+        products = query @ key.transpose(-1, -2)
+        probs = (torch.exp(scale * (products - lse[..., None])) if weights == "lse_scaled"
+                 else torch.exp(scale * products - lse[..., None]))
+        grad_probs = grad_out @ value.transpose(-1, -2)
+        delta = (grad_out * out).sum(dim=-1, keepdim=True)
+        grad_scores = (probs * (grad_probs - delta) if weighted_delta
+                       else probs * grad_probs - delta)
+        return {"grad_query": scale * grad_scores @ key,
+                "grad_key": scale * grad_scores.transpose(-1, -2) @ query,
+                "grad_value": probs.transpose(-1, -2) @ grad_out}
+
+    return block_backward
+
+
+def _count_full_blocks_only(n, b):
+    computed = sum(b * (n - start) for start in range(0, n // b * b, b))
+    return {"computed": computed, "masked": computed - n * (n + 1) // 2}
+
+
+def _count_masked_as_skipped(n, b):
+    computed = sum(min(b, n - start) * (n - start) for start in range(0, n, b))
+    return {"computed": computed, "masked": n * n - computed}
+
+
+def _windows(error="relative", inverted=False, position=False):
+    def window_errors(query, key, value, windows):
+        n = query.shape[-2]
+        exact = F.scaled_dot_product_attention(query, key, value, is_causal=True)
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        errors = []
+        for w in windows:
+            allowed = (j <= i) & (j > i - w)
+            approx = F.scaled_dot_product_attention(
+                query, key, value, attn_mask=~allowed if inverted else allowed)
+            diff = approx - exact
+            if error == "rows":
+                errors.append((diff.norm(dim=-1) / exact.norm(dim=-1)).mean())
+            elif error == "mse":
+                errors.append((diff**2).mean())
+            else:
+                relative = diff.norm() / exact.norm()
+                errors.append(relative**2 if error == "squared" else relative)
+        errors = torch.stack(errors)
+        below = [k for k, e in enumerate(errors.tolist()) if e < 0.1]
+        smallest = (below[0] if position else windows[below[0]]) if below else 0
+        return {"errors": errors, "smallest": smallest}
+
+    return window_errors
+
+
+TESTER_MISTAKES = [
+    ("q1_merge_states", _merge_absolute, 1, "exponential of its own maximum alone"),
+    ("q2_block_backward", _backward(weighted_delta=False), 1, "outside the product"),
+    ("q2_block_backward", _backward(weights="lse_scaled"), 0, "log-sum-exp by the scale too"),
+    ("q3_scores_computed", _count_full_blocks_only, 0, "left out the last, shorter block"),
+    ("q3_scores_computed", _count_masked_as_skipped, 2, "scores skipped, never computed"),
+    ("q5_window_errors", _windows(error="squared"), 0, "the square of the relative error"),
+    ("q5_window_errors", _windows(error="rows"), 0, "averaged the relative errors of the rows"),
+    ("q5_window_errors", _windows(error="mse"), 0, "mean of the squared differences"),
+    ("q5_window_errors", _windows(inverted=True), 0, "the wrong way round"),
+    ("q5_window_errors", _windows(position=True), 2, "not the window itself"),
+]
+
+
+@pytest.mark.parametrize(("question_id", "answer", "points", "words"), TESTER_MISTAKES,
+                         ids=[f"{q}-{i}" for i, (q, *_) in enumerate(TESTER_MISTAKES)])
+def test_mistakes_written_as_a_learner_would_are_named(reference, question_id, answer,
+                                                       points, words):
+    result = judge(reference, question_id, answer)
+    assert result.points == points, result.message
+    assert_named(result, words)
+
+
+def test_more_right_answers_pass(reference):
+    def merge_row_by_row(a, b):
+        """Right, one row at a time with Python numbers."""
+        rows = {"row_max": [], "row_sum": [], "acc": []}
+        for r in range(a["row_max"].shape[0]):
+            m = max(float(a["row_max"][r]), float(b["row_max"][r]))
+            f = [0.0 if m == MINUS_INF else math.exp(float(s["row_max"][r]) - m)
+                 for s in (a, b)]
+            rows["row_max"].append(torch.tensor(m, dtype=torch.float64))
+            rows["row_sum"].append(f[0] * a["row_sum"][r] + f[1] * b["row_sum"][r])
+            rows["acc"].append(f[0] * a["acc"][r] + f[1] * b["acc"][r])
+        return {k: torch.stack(v) for k, v in rows.items()}
+
+    assert_passes(judge(reference, "q1_merge_states", merge_row_by_row))
+    assert_passes(judge(reference, "q5_window_errors", _windows()))
+
+    def each_block_its_own_maximum(query, key, value, block_size):
+        """Right: every block measured from its own maximum, the running state moved to
+        it (the factor may exceed 1, the result is the same)."""
+        scale = 1 / math.sqrt(query.shape[-1])
+        m = torch.full(query.shape[:-1], MINUS_INF, dtype=query.dtype)
+        s = torch.zeros(query.shape[:-1], dtype=query.dtype)
+        a = torch.zeros(*query.shape[:-1], value.shape[-1], dtype=query.dtype)
+        for start in range(0, key.shape[-2], block_size):
+            keys = slice(start, start + block_size)
+            scores = scale * query @ key[..., keys, :].transpose(-1, -2)
+            new = scores.amax(-1)
+            p = torch.exp(scores - new[..., None])
+            factor = torch.exp(m - new)
+            s, a, m = factor * s + p.sum(-1), factor[..., None] * a + p @ value[..., keys, :], new
+        return a / s[..., None]
+
+    assert_passes(judge(reference, "q6_fix_blockwise", each_block_its_own_maximum))
+
+
 # --------------------------------------------------------------------------- the grader
 MISTAKES_IN_EVERY_QUESTION = [
     # q1: only the first state rescaled

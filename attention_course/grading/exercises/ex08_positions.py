@@ -144,8 +144,8 @@ def rotate_pairs(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
 
 
 def _rotate(x: torch.Tensor, base: float = 10000.0, *, start: int = 0,
-            second: str = "right", layout: str = "adjacent", exponent: str = "2i"
-            ) -> torch.Tensor:
+            second: str = "right", layout: str = "adjacent", exponent: str = "2i",
+            sign: float = -1.0) -> torch.Tensor:
     """A rotation with one thing changed.
 
     ``start``: the first position; ``second``: how the second entry of a pair is made,
@@ -158,7 +158,7 @@ def _rotate(x: torch.Tensor, base: float = 10000.0, *, start: int = 0,
     work = x.double()
     position = torch.arange(start, start + n, dtype=torch.float64)
     i = torch.arange(d // 2, dtype=torch.float64)
-    theta = base ** (-(2 * i if exponent == "2i" else i) / d)
+    theta = base ** (sign * (2 * i if exponent == "2i" else i) / d)
     angle = position[:, None] * theta
     cos, sin = angle.cos(), angle.sin()
     if layout == "half":
@@ -211,6 +211,10 @@ ROTATE_MISTAKES = (
     Mistake("base_ignored", lambda x, base=10000.0: _rotate(x),
             "your function ignores its base argument and always uses 10000; the pairs' "
             "speeds are the given base to the power -2i/d"),
+    Mistake("speeds_grow", lambda x, base=10000.0: _rotate(x, base, sign=1.0),
+            "your pairs turn faster and faster along the vector: the exponent of the base "
+            "has lost its minus sign; the first pair turns fastest, by one radian per "
+            "position, and the later pairs ever more slowly"),
     Mistake("pair_number_over_d", lambda x, base=10000.0: _rotate(x, base, exponent="i"),
             "your frequencies use the exponent i over d, with i the number of the pair; "
             "the speed of pair i is the base to the power -2i/d"),
@@ -240,13 +244,26 @@ def rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.T
                                           positions.rotary_embedding(k), v, is_causal=True)
 
 
-def _rope_attention(rotate: str = "qk", causal: bool = True, output: bool = False):
+def _rope_attention(rotate: str = "qk", causal: bool = True, output: bool = False,
+                    scale: str = "sqrt", diagonal: bool = True, axis: int = -1):
+    """Causal attention with RoPE, one thing changed: what is rotated, the mask (none, or
+    without the diagonal), the ``scale`` (``"sqrt"``, ``"none"`` or ``"d"``) or the
+    ``axis`` of the softmax (-2: over the queries)."""
     def wrong(q, k, v):
         r = positions.rotary_embedding
         q = r(q) if "q" in rotate else q
         k = r(k) if "k" in rotate else k
         v = r(v) if "v" in rotate else v
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        if scale == "sqrt" and diagonal and axis == -1:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        else:
+            d, n = q.shape[-1], q.shape[-2]
+            factor = {"sqrt": d ** -0.5, "none": 1.0, "d": 1.0 / d}[scale]
+            scores = factor * q @ k.transpose(-2, -1)
+            hidden = torch.ones(n, n, dtype=torch.bool).triu(0 if not diagonal else 1)
+            scores = scores.masked_fill(hidden, -math.inf)
+            weights = torch.softmax(scores, dim=axis).nan_to_num(0.0)
+            out = weights @ v
         return r(out) if output else out
     return wrong
 
@@ -282,6 +299,18 @@ ROPE_ATTENTION_MISTAKES = (
     Mistake("not_causal", _rope_attention("qk", causal=False),
             "the rotations are right, but the attention is not causal: each query may see "
             "only the keys at or before its own position"),
+    Mistake("unscaled", _rope_attention(scale="none"),
+            "the rotations and the mask are right, but your scores are not divided by the "
+            "square root of d: they are that many times too large"),
+    Mistake("divided_by_d", _rope_attention(scale="d"),
+            "the rotations and the mask are right, but your scores are divided by d, not "
+            "by its square root"),
+    Mistake("diagonal_masked", _rope_attention(diagonal=False),
+            "your causal mask also hides each query's own position (the first query then "
+            "sees nothing); a query may attend to itself and to the keys before it"),
+    Mistake("softmax_over_queries", _rope_attention(axis=-2),
+            "your softmax normalises over the queries, down each column; each query's "
+            "weights over its keys must sum to 1, along each row"),
     Mistake("nothing_rotated", _rope_attention(""),
             "nothing is rotated: this is causal attention without positions"),
 )
@@ -317,12 +346,21 @@ SHARE_MISTAKES = (
     Mistake("one_fewer", lambda m, n, w: (1 - math.exp(-m * (w - 1))) / (1 - math.exp(-m * n)),
             "you counted one key too few: the w most recent keys are at distances 0 to "
             "w - 1, and the query's own key, at distance 0, is one of them"),
+    Mistake("own_key_left_out",
+            lambda m, n, w: math.exp(-m) * recent_share(m, n, w),
+            "you summed the keys at distances 1 to w, leaving out the query's own key; the "
+            "w most recent keys are at distances 0 to w - 1, the own key first"),
+    Mistake("n_plus_one_terms",
+            lambda m, n, w: (1 - math.exp(-m * w)) / (1 - math.exp(-m * (n + 1))),
+            "your normalising sum has one term too many: the last query sees n keys, at "
+            "distances 0 to n - 1"),
     Mistake("uniform", lambda m, n, w: w / n,
             "your share ignores the bias: with equal contents the weights are not equal, "
             "each key's weight falls by a factor e to the power -m per step back"),
     Mistake("oldest", lambda m, n, w: recent_share(m, n, n) - recent_share(m, n, n - w),
-            "you took the w oldest keys, those at the start of the sequence; the question "
-            "asks for the w most recent ones, nearest the query"),
+            "you took the w oldest keys, those at the start of the sequence (or, the same "
+            "number, your weights grow with the distance instead of falling); the question "
+            "asks for the w most recent ones, nearest the query, which weigh most"),
     Mistake("single_key", lambda m, n, w: recent_share(m, n, w) - recent_share(m, n, w - 1),
             "your answer is the weight of one key, the w-th most recent; the question asks "
             "for the total weight of the w most recent keys"),
@@ -399,6 +437,11 @@ def reach_cases() -> list[Case]:
 
 
 REACH_MISTAKES = (
+    Mistake("not_normalised",
+            lambda h, lengths, s: torch.ones(len(lengths), h, dtype=torch.long),
+            "every count is 1: the most recent key alone reaches the share, as happens when "
+            "the weights are not normalised across the keys the last query sees; turn its "
+            "row of the bias into weights with a softmax over the keys"),
     Mistake("oldest_first", lambda h, lengths, s: _reach(h, lengths, s, order="oldest"),
             "you counted keys from the start of the sequence; count from the query back, "
             "the most recent key first"),

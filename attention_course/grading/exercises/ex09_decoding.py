@@ -36,13 +36,19 @@ Step = tuple[Tensor, Tensor, Tensor]
 
 # --------------------------------------------------------------------------- helpers
 def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-            scale: float | None = None, dim: int = -1) -> Tensor:
+            scale: float | None = None, dim: int = -1, hide: str = "inf") -> Tensor:
     """softmax(q k^T * scale + mask) v, over ``dim`` (-1: the keys), with a bool mask
-    (True = allowed); a query with no key gets zeros."""
+    (True = allowed); a query with no key gets zeros. ``hide``: how the hidden keys are
+    hidden, ``"inf"`` (minus infinity before the softmax), ``"zero"`` (their scores set to
+    0) or ``"after"`` (their weights set to 0 after the softmax, not renormalised)."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = q @ k.transpose(-1, -2) * scale
+    if mask is not None and hide == "after":
+        if scores.shape[-1] == 0:
+            return scores @ v
+        return (torch.softmax(scores, dim=dim) * mask) @ v
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill(~mask, 0.0 if hide == "zero" else float("-inf"))
     if scores.shape[-1] == 0:
         return scores @ v
     weights = torch.softmax(scores, dim=dim).nan_to_num(0.0)
@@ -90,7 +96,7 @@ def cached_attention_step(x_new: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor,
 
 def _step_variant(order: str = "cache_first", mask: str = "bottom_right",
                   scale: str = "head", attend: str = "all",
-                  softmax_dim: int = -1) -> Callable[..., Step]:
+                  softmax_dim: int = -1, hide: str = "inf") -> Callable[..., Step]:
     """A cached step with one thing changed: where the new entries go, which mask, which
     scale, what the queries attend to, and over which axis the softmax runs."""
 
@@ -106,12 +112,13 @@ def _step_variant(order: str = "cache_first", mask: str = "bottom_right",
         else:
             att_k, att_v, num_att = keys, values, num_keys
         masks = {"bottom_right": _bottom_right(n, num_att), "top_left": _top_left(n, num_att),
-                 "none": None, "no_diagonal": _bottom_right(n, num_att, -1)}
+                 "none": None, "no_diagonal": _bottom_right(n, num_att, -1),
+                 "one_future": _bottom_right(n, num_att, 1)}
         factor = {"head": 1 / math.sqrt(q.shape[-1]), "none": 1.0,
                   "model": 1 / math.sqrt(x_new.shape[-1])}[scale]
         if attend == "cache_only":
             masks["bottom_right"] = None
-        out = _attend(q, att_k, att_v, masks[mask], factor, softmax_dim)
+        out = _attend(q, att_k, att_v, masks[mask], factor, softmax_dim, hide)
         return out, keys, values
 
     return step
@@ -154,6 +161,17 @@ STEP_MISTAKES = (
     Mistake("no_diagonal", _step_variant(mask="no_diagonal"),
             "each new token is denied its own key: a token attends to itself as well as to "
             "everything before it"),
+    Mistake("one_future", _step_variant(mask="one_future"),
+            "your mask is shifted by one: each new token also sees the new token right "
+            "after it; the last new token is the last position, and new token i sees "
+            "exactly the keys up to its own position"),
+    Mistake("masked_to_zero", _step_variant(hide="zero"),
+            "the keys a new token may not see get a score of 0, and a score of 0 still "
+            "gets weight after the softmax; hidden keys need a score of minus infinity"),
+    Mistake("masked_after_softmax", _step_variant(hide="after"),
+            "you removed the hidden keys' weights after the softmax, so the remaining "
+            "weights no longer sum to 1; hide those keys before the softmax (a score of "
+            "minus infinity), so that it normalises over the visible keys only"),
     Mistake("new_first", _step_variant(order="new_first"),
             "your new keys and values come before the cached ones: the cache holds the "
             "earlier positions, so new entries go at the end, in order (the keys and values "
@@ -245,7 +263,8 @@ CHUNK_MISTAKES = (
     Mistake("starter", _chunked("first", "top_left"),
             "this is what the given code computes: two things are still wrong, the "
             "alignment of the causal mask (each chunk holds the newest positions, not the "
-            "first ones) and where the new keys and values go in the cache"),
+            "first ones) and where the new keys and values go in the cache; as it stands, "
+            "each token sees only the tokens of its own chunk, never the earlier chunks"),
     Mistake("order_still_wrong", _chunked("first", "bottom_right"),
             "the mask is aligned right now, but the new keys and values still go in front "
             "of the cache: the cache must keep the positions in order, oldest first, or "
@@ -316,12 +335,19 @@ WORK_MISTAKES = (
     Mistake("rows_off_by_one", _work(uncached_rows=lambda t: t * (t - 1) // 2),
             "step t reads t tokens, <bos> and the t - 1 generated before it: the first step "
             "already reads one token"),
+    Mistake("rows_bos_extra", _work(uncached_rows=lambda t: t * (t + 3) // 2),
+            "you counted one token too many at every step: step t reads t tokens, <bos> "
+            "included (<bos> and the t - 1 generated before it), not t + 1"),
     Mistake("rows_cached", _work(uncached_rows=lambda t: t),
             "that is the count with the cache, one new token a step; without it every step "
             "feeds the whole prefix again"),
     Mistake("pairs_square", _work(uncached_pairs=lambda t: t * (t + 1) * (2 * t + 1) // 6),
             "you counted every query-key pair of a step, t times t; the causal mask lets a "
             "query see only the keys up to its own position"),
+    Mistake("pairs_bos_extra",
+            _work(uncached_pairs=lambda t: (t + 1) * (t + 2) * (t + 3) // 6 - 1),
+            "you counted one token too many at every step: step t attends among t "
+            "tokens, <bos> included, not t + 1"),
     Mistake("pairs_no_diagonal", _work(uncached_pairs=lambda t: (t - 1) * t * (t + 1) // 6),
             "you left out the diagonal: a position attends to itself as well"),
     Mistake("pairs_last_step_only", _work(uncached_pairs=lambda t: t * (t + 1) // 2),
@@ -329,6 +355,9 @@ WORK_MISTAKES = (
     Mistake("cached_one_per_step", _work(cached_pairs=lambda t: t),
             "with the cache a step still attends to every cached key: its one query meets t "
             "keys at step t"),
+    Mistake("cached_bos_extra", _work(cached_pairs=lambda t: t * (t + 3) // 2),
+            "with the cache, the query of step t meets t keys, <bos> and its own included, "
+            "not t + 1"),
     Mistake("cached_no_self", _work(cached_pairs=lambda t: t * (t - 1) // 2),
             "the new token's own key is in the cache by the time it attends, and it attends "
             "to itself too"),
@@ -408,6 +437,18 @@ HEAD_MISTAKES = (
     Mistake("no_layers", _heads(lambda L, d, b, t: 2 * d * b * t),
             "you counted one layer; every layer of the decoder keeps its own keys and "
             "values"),
+    Mistake("no_head_dim", _heads(lambda L, d, b, t: 2 * L * b * t),
+            "you counted one number per key and per value; a key and a value each have "
+            "one number per dimension of a head"),
+    Mistake("no_bytes_per_number", _heads(lambda L, d, b, t: 2 * L * d * t),
+            "you counted numbers, not bytes: every number of the cache takes the given "
+            "bytes per number"),
+    Mistake("per_query_head",
+            lambda L, H, d, b, t, budget: _heads(
+                lambda L_, d_, b_, t_: H * _per_head(L_, d_, b_, t_))(L, H, d, b, t, budget),
+            "you counted the cache once per query head as well; the keys and values are "
+            "stored per key/value head only, the number you are choosing, whatever the "
+            "number of query heads sharing them"),
     Mistake("not_a_divisor", _heads(_per_head, divisor=False),
             "your number of key/value heads does not divide the number of query heads: "
             "each key/value head serves a group of the same size, so only divisors work"),
@@ -583,6 +624,9 @@ BEAM_MISTAKES = (
     Mistake("multiplied_logs", _beam_variant(_top, combine=torch.mul, report=torch.mul),
             "you multiplied log-probabilities; the log of a product of probabilities is the "
             "sum of their logs"),
+    Mistake("averaged", _beam_variant(_top, report=lambda a, b: (a + b) / 2),
+            "your tokens are right, but you gave back the mean of the two tokens' "
+            "log-probabilities; the output's log-probability is their sum"),
     Mistake("reported_second_only",
             _beam_variant(_top, report=lambda a, b: b),
             "your tokens are right, but the log-probability you give back is the second "

@@ -130,6 +130,12 @@ MERGE_MISTAKES = (
             "ratio of accumulator to sum is right, but the state's maximum must be the "
             "larger of the two, or the exponentials overflow when the second part's scores "
             "are much larger"),
+    Mistake("absolute_factors", _merged(lambda m_x, m: torch.exp(m_x),
+                                        lambda m_x, m: torch.exp(m_x)),
+            "you multiplied each state by the exponential of its own maximum alone: that "
+            "undoes the subtraction of the maximum (the sum becomes the plain sum of the "
+            "exponentials, which overflows for large scores); the merged state is relative "
+            "to the common maximum, so use the exponential of each maximum minus that one"),
     Mistake("normalised", _merged(_safe_factor, _safe_factor, normalise=True),
             "your accumulator is already divided by the sum: the state keeps the output "
             "NOT yet divided, so that later blocks can still be added; divide only once, "
@@ -156,7 +162,7 @@ def block_backward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 
 
 def _block_variant(probs: str = "lse", delta: str = "output", query_scale: int = 1,
-                   key_scale: int = 1) -> Callable:
+                   key_scale: int = 1, delta_weighted: bool = True) -> Callable:
     """A wrong block backward: how the weights are had (``probs``), how D is computed
     (``delta``), and how many times dQ and dK carry the scale (0, 1 or 2)."""
 
@@ -165,13 +171,16 @@ def _block_variant(probs: str = "lse", delta: str = "output", query_scale: int =
         weights = {"lse": lambda: torch.exp(scores - lse[..., None]),
                    "block_softmax": lambda: torch.softmax(scores, dim=-1),
                    "no_lse": lambda: torch.exp(scores),
-                   "unscaled": lambda: torch.exp(scores / scale - lse[..., None])}[probs]()
+                   "unscaled": lambda: torch.exp(scores / scale - lse[..., None]),
+                   "lse_scaled": lambda: torch.exp(scores - scale * lse[..., None]),
+                   }[probs]()
         grad_probs = grad_out @ value.transpose(-1, -2)
         d = {"output": lambda: (grad_out * out).sum(-1, keepdim=True),
              "block": lambda: (weights * grad_probs).sum(-1, keepdim=True),
              "none": lambda: torch.zeros_like(out[..., :1]),
              "grad_probs": lambda: grad_probs.sum(-1, keepdim=True)}[delta]()
-        grad_scores = weights * (grad_probs - d)
+        grad_scores = (weights * (grad_probs - d) if delta_weighted
+                       else weights * grad_probs - d)
         return {"grad_query": scale**query_scale * grad_scores @ key,
                 "grad_key": scale**key_scale * grad_scores.transpose(-1, -2) @ query,
                 "grad_value": weights.transpose(-1, -2) @ grad_out}
@@ -218,6 +227,13 @@ BLOCK_MISTAKES = (
     Mistake("unscaled_scores", _block_variant(probs="unscaled"),
             "your recomputed weights use scores that were not multiplied by the scale: the "
             "log-sum-exp was taken over the scaled scores, so scale them first"),
+    Mistake("lse_scaled", _block_variant(probs="lse_scaled"),
+            "you multiplied the saved log-sum-exp by the scale too: it was taken over the "
+            "scaled scores already, so subtract it as it is from the scaled scores"),
+    Mistake("delta_not_weighted", _block_variant(delta_weighted=False),
+            "you subtracted D outside the product with the weight: the gradient of a score "
+            "is the weight times (the weight's gradient minus D), so D is multiplied by "
+            "the weight as well"),
     Mistake("delta_from_block", _block_variant(delta="block"),
             "you computed D from this block's weights alone: D sums over the whole row of "
             "the weights, which one block does not have. It equals the dot product of each "
@@ -298,6 +314,17 @@ COUNT_MISTAKES = (
     Mistake("no_skipping", _counting(computed=lambda n, b: n * n),
             "you counted every score: with the causal mask a block of keys is computed only "
             "for the rows at or below its first key; the rows above it are skipped"),
+    Mistake("last_block_dropped",
+            _counting(computed=lambda n, b: sum(b * (n - start)
+                                                for start in range(0, n - b + 1, b))),
+            "you left out the last, shorter block of keys: when the block size does not "
+            "divide n, the keys that are left form one more block, computed like the others"),
+    Mistake("masked_as_skipped",
+            _counting(per_block=lambda n, b, start, stop: (stop - start) * (n - start),
+                      masked=lambda n, total: n * n - total),
+            "your masked count is the number of scores skipped, never computed; the "
+            "question asks how many of the computed scores the mask then hides: those "
+            "computed minus the pairs the causal mask allows"),
     Mistake("last_block_full",
             _counting(per_block=lambda n, b, start, stop: b * (n - start)),
             "you counted the last block of keys as a full block: when the block size does "
@@ -383,9 +410,24 @@ def window_errors(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
             "smallest": min(below) if below else 0}
 
 
+def _window_error(norm: str, approx: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
+    """The error of a window measured one way: relative to the exact output (right), not
+    relative, relative to the window's output, squared, averaged over rows, or the mean
+    squared difference."""
+    diff = approx - exact
+    if norm == "per_row":
+        return (diff.norm(dim=-1) / exact.norm(dim=-1)).mean()
+    if norm == "mse":
+        return (diff**2).mean()
+    gap = diff.norm()
+    return {"exact": gap / exact.norm(), "none": gap, "approx": gap / approx.norm(),
+            "squared": (gap / exact.norm()) ** 2}[norm]
+
+
 def _window_variant(mask: Callable[[int, int], torch.Tensor] | None = None,
                     causal_reference: bool = True, norm: str = "exact",
-                    pick: str = "smallest", numbers: bool = False) -> Callable:
+                    pick: str = "smallest", numbers: bool = False,
+                    invert: bool = False) -> Callable:
     """A wrong experiment: another mask for the window (or the right one as numbers,
     which attention adds to the scores), a reference that is not causal, another
     denominator, or another window picked from the errors."""
@@ -400,13 +442,16 @@ def _window_variant(mask: Callable[[int, int], torch.Tensor] | None = None,
                        else mask(n, window))
             if numbers:
                 allowed = allowed.to(query.dtype)
+            if invert:
+                allowed = ~allowed
             approx = torch.nn.functional.scaled_dot_product_attention(
                 query, key, value, attn_mask=allowed)
-            gap = (approx - exact).norm()
-            errors.append(float({"exact": gap / exact.norm(), "none": gap,
-                                 "approx": gap / approx.norm()}[norm]))
+            errors.append(float(_window_error(norm, approx, exact)))
         if pick == "smallest":
             below = [w for w, e in zip(windows, errors, strict=True) if e < THRESHOLD]
+            chosen = min(below) if below else 0
+        elif pick == "position":  # where the smallest window stands in the list
+            below = [i for i, e in enumerate(errors) if e < THRESHOLD]
             chosen = min(below) if below else 0
         else:  # the largest window that still fails
             above = [w for w, e in zip(windows, errors, strict=True) if e >= THRESHOLD]
@@ -476,6 +521,24 @@ WINDOW_MISTAKES = (
     Mistake("relative_to_window", _window_variant(norm="approx"),
             "your errors are divided by the norm of the window's output: divide by the "
             "norm of the exact output, the one you compare with"),
+    Mistake("squared_error", _window_variant(norm="squared"),
+            "your errors are the square of the relative error: the norm of the difference "
+            "over the norm of the exact output, without squaring"),
+    Mistake("mean_of_rows", _window_variant(norm="per_row"),
+            "you averaged the relative errors of the rows, each against its own norm; the "
+            "error asked for is one ratio for the whole output: the norm of the whole "
+            "difference over the norm of the whole exact output"),
+    Mistake("mean_squared", _window_variant(norm="mse"),
+            "your errors are the mean of the squared differences: the question asks for "
+            "the relative error, the norm of the difference over the norm of the exact "
+            "output"),
+    Mistake("window_inverted", _window_variant(invert=True),
+            "your window's mask is the wrong way round: True must mark the keys a query "
+            "may see (its w most recent ones, itself included), and yours marks the "
+            "others"),
+    Mistake("position_not_window", _window_variant(pick="position"),
+            "you gave back where the smallest window stands in the list of windows, not "
+            "the window itself (its number of keys)"),
     Mistake("mask_of_numbers", _window_variant(numbers=True),
             "your window's mask is made of numbers, not True and False: attention adds a "
             "mask of numbers to the scores (1 for the keys in the window, 0 elsewhere), so "
