@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 .PHONY: book instructor-book test setup web-assets browser lint strip bench gpu-check clean help
 
 help:
-	@echo "make book   - set up .venv and build the book into _build/html"
+	@echo "make book   - set up .venv and build the book into _build/html (Chinese: _build/html/zh_CN)"
 	@echo "make test   - set up .venv and run every test"
 	@echo "make instructor-book - the instructor's edition (solutions) in _build/instructor"
 	@echo "make lint   - ruff over the package, tests and notebooks"
@@ -36,10 +36,13 @@ web-assets:
 browser:
 	@bash scripts/install_browser.sh
 
+# The English edition, then the Chinese one from the same sources and execution cache.
 book: setup
 	$(BIN)/jupyter-book build . -W --keep-going
+	$(BIN)/python scripts/i18n.py build
 	@echo ""
 	@echo "The book is at: $(CURDIR)/_build/html/index.html"
+	@echo "中文版: $(CURDIR)/_build/html/zh_CN/index.html"
 
 instructor-book: setup
 	$(BIN)/python scripts/instructor_book.py

@@ -25,7 +25,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def built_book() -> Path:
-    """Build the book with ``-W --keep-going`` (warnings are errors) and return its HTML folder.
+    """Build the book with ``-W --keep-going`` (warnings are errors), then its Chinese
+    edition into ``zh_CN/`` (``-W`` too), and return the HTML folder.
 
     The build uses Jupyter Book's execution cache in ``_build/.jupyter_cache``, so a book
     already built by ``make book`` only re-executes the notebooks that changed.
@@ -42,4 +43,17 @@ def built_book() -> Path:
     if result.returncode != 0:
         tail = "\n".join((result.stdout + "\n" + result.stderr).splitlines()[-80:])
         pytest.fail(f"jupyter-book build -W failed (exit {result.returncode}):\n{tail}")
+    # the Chinese edition, as `make book` builds it: -W, from the same execution cache
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "i18n.py"), "build"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"},
+        timeout=3600,
+    )
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + "\n" + result.stderr).splitlines()[-80:])
+        pytest.fail(f"the Chinese edition's build (-W) failed (exit {result.returncode}):\n"
+                    f"{tail}")
     return BUILD_DIR

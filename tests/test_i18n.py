@@ -1,0 +1,68 @@
+"""The Chinese edition: complete catalogs, translations that keep their markup, and a
+built edition whose pages link to their English twins and back."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import i18n  # noqa: E402
+
+
+def test_every_message_of_the_book_is_translated() -> None:
+    found = i18n.problems(i18n.extract())
+    assert not found, (
+        "the Chinese catalogs are behind the English text:\n  " + "\n  ".join(found)
+        + "\nrun 'python scripts/i18n.py update', translate the empty and fuzzy entries "
+        "in locales/zh_CN/LC_MESSAGES/ (the page is the file's name), remove their "
+        "fuzzy flags, and run 'python scripts/i18n.py check'"
+    )
+
+
+def test_translations_keep_their_markup() -> None:
+    found = i18n.lint(sorted(i18n.CATALOGS.rglob("*.po")))
+    assert not found, "\n".join(found)
+
+
+def test_lint_catches_a_lost_role_and_changed_maths() -> None:
+    english = "See {cite:p}`vaswani2017` and $\\sqrt{d}$, in `q @ k`."
+    assert i18n.markup(english) == i18n.markup(
+        "见 {cite:p}`vaswani2017` 与 $\\sqrt{d}$，即 `q @ k`。")
+    assert i18n.markup(english) != i18n.markup("见 vaswani2017 与 $\\sqrt{d}$，即 `q @ k`。")
+    assert i18n.markup(english) != i18n.markup(
+        "见 {cite:p}`vaswani2017` 与 $\\sqrt{D}$，即 `q @ k`。")
+    # a role's visible text may be translated, its target may not
+    assert i18n.markup("{term}`heads <Head 注意力头>`") == i18n.markup(
+        "{term}`注意力头 <Head 注意力头>`")
+    assert i18n.markup("{term}`heads <Head 注意力头>`") != i18n.markup(
+        "{term}`注意力头 <Query 查询>`")
+
+
+@pytest.mark.slow
+def test_the_chinese_edition_is_built_and_pages_link_to_their_twins(
+        built_book: Path) -> None:
+    chinese = built_book / "zh_CN"
+    pages = sorted(p.relative_to(built_book) for p in built_book.rglob("*.html")
+                   if "zh_CN" not in p.parts and p.parent.name != "_static"
+                   and "_sources" not in p.parts and "genindex" not in p.name
+                   and p.name not in ("search.html",))
+    chapters = [p for p in pages if p.parts[0] in ("book", "exercises")]
+    assert len(chapters) >= 10
+    for page in chapters:
+        twin = chinese / page
+        assert twin.is_file(), f"{page} has no Chinese twin"
+        english_html = (built_book / page).read_text(encoding="utf-8")
+        chinese_html = twin.read_text(encoding="utf-8")
+        link = re.search(r'<p class="language-switch"><a href="([^"]+)"', english_html)
+        assert link and (built_book / page.parent / link.group(1)).resolve() == twin.resolve()
+        back = re.search(r'<p class="language-switch"><a href="([^"]+)"', chinese_html)
+        assert back and (twin.parent / back.group(1)).resolve() == (built_book / page).resolve()
+        assert 'lang="zh-CN"' in chinese_html or 'lang="zh_CN"' in chinese_html
+    intro = (chinese / "book" / "intro.html").read_text(encoding="utf-8")
+    assert re.search(r"[\u4e00-\u9fff]{20}", intro), "the Chinese intro holds no Chinese prose"
