@@ -4,7 +4,8 @@
     python scripts/i18n.py update    # extract, then merge into locales/zh_CN/LC_MESSAGES/*.po
     python scripts/i18n.py check     # every message translated, none fuzzy, none missing
     python scripts/i18n.py build     # the Chinese edition -> _build/html/zh_CN/
-    python scripts/i18n.py lint [PO] # translations that lost or changed markup
+    python scripts/i18n.py lint [PO] # translations that lost or changed markup (a glue
+                                     # role in a translation names its page: page.ipynb::key)
 
 ``make book`` runs ``build`` after the English edition; ``make test`` runs ``check``
 (tests/test_i18n.py). Translators edit the ``.po`` files only: after a change of the
@@ -125,6 +126,11 @@ _MARKUP = re.compile(
 
 
 _ROLE_TEXT = re.compile(r"^(\{[\w:-]+\}`)[^`<]*<([^`>]*)>`$")
+# A glue role in a translation names its page (``{glue:text}`page.ipynb::key```):
+# translated text is parsed apart from the notebook, so only a reference to the
+# page's glue store finds the value.
+_GLUE_PAGE = re.compile(r"^(\{glue(?::\w+)?\}`)[^`:]+\.ipynb::")
+_GLUE_LOCAL = re.compile(r"\{glue(?::\w+)?\}`(?![^`]*::)")
 
 
 def markup(text: str) -> list[str]:
@@ -132,7 +138,7 @@ def markup(text: str) -> list[str]:
     maths, link targets, inline HTML, footnotes), sorted. A role's visible text
     may be translated: of {term}`text <target>` only the role and the target
     count."""
-    return sorted(_ROLE_TEXT.sub(r"\1<\2>`", part)
+    return sorted(_GLUE_PAGE.sub(r"\1", _ROLE_TEXT.sub(r"\1<\2>`", part))
                   for part in _MARKUP.findall(text))
 
 
@@ -146,6 +152,10 @@ def lint(paths: list[Path]) -> list[str]:
         with open(path, "rb") as f:
             catalog = read_po(f)
         for m in catalog:
+            if m.id and m.string and _GLUE_LOCAL.search(m.string):
+                found.append(f"{path.name}: {str(m.id)[:60]!r}: a glue role in a "
+                             f"translation must name its page, as in "
+                             f"{{glue:text}}`{path.stem}.ipynb::key`")
             if m.id and m.string and markup(m.id) != markup(m.string):
                 lost = set(markup(m.id)) - set(markup(m.string))
                 added = set(markup(m.string)) - set(markup(m.id))

@@ -44,6 +44,20 @@ def test_lint_catches_a_lost_role_and_changed_maths() -> None:
         "{term}`注意力头 <Query 查询>`")
 
 
+def test_a_glue_role_in_a_translation_must_name_its_page(tmp_path: Path) -> None:
+    from babel.messages.catalog import Catalog
+    from babel.messages.pofile import write_po
+
+    catalog = Catalog(locale="zh_CN")
+    catalog.add("Accuracy {glue:text}`acc:.1%`.", "准确率 {glue:text}`acc:.1%`。")
+    catalog.add("Loss {glue:text}`loss:.2f`.", "损失 {glue:text}`03_masks.ipynb::loss:.2f`。")
+    path = tmp_path / "03_masks.po"
+    with open(path, "wb") as f:
+        write_po(f, catalog)
+    found = i18n.lint([path])
+    assert len(found) == 1 and "must name its page" in found[0] and "Accuracy" in found[0]
+
+
 @pytest.mark.slow
 def test_the_chinese_edition_is_built_and_pages_link_to_their_twins(
         built_book: Path) -> None:
