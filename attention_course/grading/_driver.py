@@ -331,8 +331,11 @@ def _covered(path: str, bound: list[str]) -> bool:
     return any(path == b or path.startswith(b.rstrip("/") + "/") for b in bound)
 
 
-def _read_only(new_root: str, keep_writable: tuple[str, ...]) -> bool:
-    """Remount every mount under ``new_root`` read-only and nosuid, except ``keep_writable``.
+def _read_only(new_root: str, keep_writable: tuple[str, ...],
+               keep_writable_mounts: tuple[str, ...] = ()) -> bool:
+    """Remount every mount under ``new_root`` read-only and nosuid, except the trees
+    ``keep_writable`` and the mounts ``keep_writable_mounts`` themselves (not what is
+    bound inside them: the runtime under a scratch ``/tmp`` stays read-only).
 
     Flags the kernel locks in a user namespace (nodev, noexec, atime) are kept.
     """
@@ -346,6 +349,8 @@ def _read_only(new_root: str, keep_writable: tuple[str, ...]) -> bool:
             continue
         inside = point[len(new_root):] or "/"
         if any(inside == k or inside.startswith(k + "/") for k in keep_writable):
+            continue
+        if inside in keep_writable_mounts:
             continue
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID
         for option in options:
@@ -381,6 +386,11 @@ def build_root(config: dict, runtime: dict[str, str], package_dir: str | None) -
     """
     new_root = os.path.realpath(config["root_dir"])
     _mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755")
+    # the scratch folder first: a checkout or a virtualenv may live under /tmp (any
+    # `mktemp -d`), and its paths are bound inside the scratch tmpfs, read-only
+    os.makedirs(new_root + SCRATCH, mode=0o755, exist_ok=True)
+    _mount("tmpfs", new_root + SCRATCH, "tmpfs", MS_NOSUID | MS_NODEV,
+           f"size={config['scratch_bytes']},mode=1777")
     system = SYSTEM_PATHS + (("/sys",) if config.get("devices") else ())
     wanted = {p: p for p in system if os.path.lexists(p)}
     wanted.update(runtime)
@@ -402,9 +412,9 @@ def build_root(config: dict, runtime: dict[str, str], package_dir: str | None) -
     for path in config.get("devices", []):  # a GPU's device files, when grading on one
         if os.path.exists(path):
             _bind(new_root, path, path)
-    for folder, size in ((SCRATCH, config["scratch_bytes"]), ("/dev/shm", SHM_BYTES)):
-        os.makedirs(new_root + folder, mode=0o755, exist_ok=True)
-        _mount("tmpfs", new_root + folder, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+    os.makedirs(new_root + "/dev/shm", mode=0o755, exist_ok=True)
+    _mount("tmpfs", new_root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
+           f"size={SHM_BYTES},mode=1777")
     os.makedirs(new_root + "/proc", mode=0o755)
     try:
         _mount("proc", new_root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -415,7 +425,7 @@ def build_root(config: dict, runtime: dict[str, str], package_dir: str | None) -
         specs = new_root + os.path.join(os.path.realpath(package_dir), "grading", "exercises")
         if os.path.isdir(specs):
             _mount("tmpfs", specs, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0755")
-    read_only = _read_only(new_root, (SCRATCH, "/dev", "/proc"))
+    read_only = _read_only(new_root, ("/dev", "/proc"), (SCRATCH,))
     _pivot(new_root)
     return {"file_system_hidden": True, "read_only_files": read_only, "proc": proc}
 
