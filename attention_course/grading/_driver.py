@@ -641,13 +641,13 @@ def run_job(package_dir: str | None) -> None:
     import torch
 
     torch.set_num_threads(1)
-    payload = torch.load(io.BytesIO(payload_bytes), weights_only=True)
-    del payload_bytes
     channel = Channel(RECORD_FD, config["nonce"])
     problem = check_environment(runtime)
     if problem:
         channel.send("environment_error", message=problem)
         os._exit(0)
+    payload = torch.load(io.BytesIO(payload_bytes), weights_only=True)
+    del payload_bytes
     channel.send("ready", isolation=facts)
     sys.argv = ["<notebook>"]
     _stub_grading_package(list(config.get("forbidden", [])))
@@ -729,7 +729,14 @@ def serve(control_fd: int) -> None:
     warnings.filterwarnings("ignore", message=".*fork.*")  # the one fork we mean
     _die_with_parent()
     import numpy  # noqa: F401 - imported once here instead of in every child
-    import torch  # noqa: F401
+    import torch
+
+    # torch.load imports what it needs on first use: do it here, where every file is in
+    # sight, not in a sandboxed child that may not be able to read it
+    buffer = io.BytesIO()
+    torch.save({"warm": torch.zeros(1)}, buffer)
+    buffer.seek(0)
+    torch.load(buffer, weights_only=True)
 
     spec = importlib.util.find_spec("attention_course")
     package_dir = None
