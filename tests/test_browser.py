@@ -83,9 +83,11 @@ def book_pages(built_book: Path) -> list[str]:
     pages = []
     for html in sorted(built_book.rglob("*.html")):
         rel = html.relative_to(built_book).as_posix()
-        if rel.startswith(("_static/", "_sources/", "_downloads/", "_images/")):
-            continue
-        if rel in {"genindex.html", "search.html", "index.html"}:
+        parts = html.relative_to(built_book).parts
+        if {"_static", "_sources", "_downloads", "_images"} & set(parts):
+            continue  # in either edition: the Chinese one lives in zh_CN/
+        if parts[-1] in {"genindex.html", "search.html"} or rel in {
+                "index.html", "zh_CN/index.html"}:
             continue
         pages.append(rel)
     return pages

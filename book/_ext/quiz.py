@@ -26,6 +26,8 @@ as colour.
 
 from __future__ import annotations
 
+import html
+
 from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx.application import Sphinx
@@ -95,8 +97,14 @@ def depart_quiz(self, node: quiz_node) -> None:
 
 def visit_choice(self, node: choice_node) -> None:
     right = "true" if node["correct"] else "false"
+    # a choice that is only maths has no text a screen reader can name the button by
+    # (MathJax's rendering is not read out): name it by its source, TeX included
+    label = ""
+    if node.children and node.children[0].next_node(nodes.math) is not None:
+        label = f' aria-label="{html.escape(node.children[0].astext(), quote=True)}"'
     self.body.append(f'<div class="quiz-choice" data-correct="{right}">'
-                     f'<button type="button" class="quiz-button" aria-pressed="false">')
+                     f'<button type="button" class="quiz-button" aria-pressed="false"'
+                     f'{label}>')
 
 
 def depart_choice(self, node: choice_node) -> None:
