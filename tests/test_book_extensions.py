@@ -54,6 +54,14 @@ def test_a_quiz_renders_as_buttons_with_hidden_feedback(tmp_path):
     assert 'data-right="Right."' in html and "quiz.js" in html
 
 
+def test_a_choice_that_is_only_maths_still_names_its_button(tmp_path):
+    page = QUIZ.replace("- Two.", "- $1 + 1$")
+    status, err, html = _build(tmp_path, page)
+    assert status == 0, err
+    assert html.count('aria-label="1 + 1"') == 1  # the maths choice; text names itself
+    assert html.count('aria-pressed="false" aria-label=') == 1
+
+
 def test_a_quiz_speaks_the_books_language(tmp_path):
     status, err, html = _build(tmp_path, QUIZ, language="zh_CN")
     assert status == 0, err
