@@ -55,7 +55,7 @@ def test_a_quiz_renders_as_buttons_with_hidden_feedback(tmp_path):
 
 
 def test_a_choice_that_is_only_maths_still_names_its_button(tmp_path):
-    page = QUIZ.replace("- Two.", "- $1 + 1$")
+    page = QUIZ.replace("- Two.", "- $1 + 1$").replace("- Three.", "- Three, or $1 + 2$.")
     status, err, html = _build(tmp_path, page)
     assert status == 0, err
     assert html.count('aria-label="1 + 1"') == 1  # the maths choice; text names itself

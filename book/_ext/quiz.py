@@ -100,8 +100,12 @@ def visit_choice(self, node: choice_node) -> None:
     # a choice that is only maths has no text a screen reader can name the button by
     # (MathJax's rendering is not read out): name it by its source, TeX included
     label = ""
-    if node.children and node.children[0].next_node(nodes.math) is not None:
-        label = f' aria-label="{html.escape(node.children[0].astext(), quote=True)}"'
+    answer = node.children[0] if node.children else None
+    if answer is not None and answer.next_node(nodes.math) is not None and not any(
+            isinstance(n, nodes.Text) and n.astext().strip()
+            and not isinstance(n.parent, nodes.math)
+            for n in answer.findall(nodes.Text)):
+        label = f' aria-label="{html.escape(answer.astext(), quote=True)}"'
     self.body.append(f'<div class="quiz-choice" data-correct="{right}">'
                      f'<button type="button" class="quiz-button" aria-pressed="false"'
                      f'{label}>')

@@ -41,6 +41,12 @@
         if (!h.getAttribute("aria-label")) { h.setAttribute("aria-label", label || "slider"); }
       });
     });
+    // A row of widget controls too wide for the column scrolls: let the keyboard reach it.
+    root.querySelectorAll(".widget-box").forEach(function (box) {
+      if (box.scrollWidth > box.clientWidth && !box.hasAttribute("tabindex")) {
+        box.setAttribute("tabindex", "0");
+      }
+    });
     // A live widget's figure: its alt text is the caption the chapter gives the widget
     // (an HTML widget with the class "figure-caption"), else it names the controls.
     root.querySelectorAll(".jupyter-widgets img:not([alt])").forEach(function (img) {
