@@ -25,6 +25,8 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
+from attention_course.i18n import _
+
 if TYPE_CHECKING:
     from attention_course.data.regression import RegressionData
 
@@ -124,8 +126,8 @@ def show_heatmaps(
     *,
     xlabels: Sequence[str] | None = None,
     ylabels: Sequence[str] | None = None,
-    xlabel: str = "Keys",
-    ylabel: str = "Queries",
+    xlabel: str | None = None,
+    ylabel: str | None = None,
     titles: Sequence[str] | None = None,
     suptitle: str | None = None,
     cmap: str = "Reds",
@@ -142,8 +144,12 @@ def show_heatmaps(
     example layers x heads). Queries run down the rows, keys along the columns.
     ``xlabels`` and ``ylabels`` name the keys and queries (tokens, say);
     ``annotate`` writes each weight in its cell. All panels share one colour
-    scale and one colour bar.
+    scale and one colour bar. The axes are labelled "Keys" and "Queries" (in
+    the language of :mod:`attention_course.i18n`) unless ``xlabel`` and
+    ``ylabel`` say otherwise.
     """
+    xlabel = _("Keys") if xlabel is None else xlabel
+    ylabel = _("Queries") if ylabel is None else ylabel
     w = _as_numpy(weights)
     if w.ndim == 2:
         w = w[None, None]
@@ -213,15 +219,15 @@ def show_heatmaps(
         if suptitle:
             fig.suptitle(safe_text(suptitle))
         if colorbar and image is not None:
-            fig.colorbar(image, ax=axes, shrink=0.8, label="weight")
+            fig.colorbar(image, ax=axes, shrink=0.8, label=_("weight"))
     return fig
 
 
 def plot_losses(
     histories: dict[str, Sequence[float]] | Sequence[float],
     *,
-    xlabel: str = "step",
-    ylabel: str = "loss",
+    xlabel: str | None = None,
+    ylabel: str | None = None,
     log: bool = False,
     smooth: int = 1,
     title: str | None = None,
@@ -247,8 +253,8 @@ def plot_losses(
             ax.plot(y, label=name)
     if log:
         ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set_xlabel(_("step") if xlabel is None else xlabel)
+    ax.set_ylabel(_("loss") if ylabel is None else ylabel)
     if title:
         ax.set_title(title)
     if len(histories) > 1 or next(iter(histories)) != "loss":
@@ -293,13 +299,13 @@ def plot_regression_fit(
             f"{len(predictions)}"
         )
     ax.plot(data.x_test, data.truth_test, color="black", ls=":", lw=1.2,
-            label="true curve")
+            label=_("true curve"))
     ax.scatter(data.x_train, data.y_train, s=14, color="#56B4E9",
                edgecolors="#0072B2", linewidths=0.5,
-               label="training pairs $(x_i, y_i)$")
+               label=_("training pairs $(x_i, y_i)$"))
     if held_out:
         ax.scatter(data.x_test, data.y_test, s=16, marker="x", color="0.4",
-                   linewidths=1, label="held-out pairs")
+                   linewidths=1, label=_("held-out pairs"))
     for (label, pred), (colour, style) in zip(
         predictions.items(), FIT_STYLES, strict=False
     ):
@@ -337,8 +343,9 @@ def plot_query_weights(
     ax.bar(k, w, width=0.05, color="#E69F00", edgecolor="#8C5A00",
            linewidth=0.5)
     ax.axvline(query, color="black", lw=1, ls=":")
-    ax.set_xlabel("key $x_i$")
-    ax.set_ylabel(f"weight $\\alpha({query:g}, x_i)$")
+    ax.set_xlabel(_("key $x_i$"))
+    ax.set_ylabel(_("weight {alpha}").format(
+        alpha=f"$\\alpha({query:g}, x_i)$"))
     return ax
 
 
@@ -357,7 +364,7 @@ def plot_runs(
     if not runs:
         raise ValueError("runs must hold at least one method")
     if ax is None:
-        _, ax = plt.subplots(figsize=(6.5, 0.45 * len(runs) + 1.2))
+        _fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(runs) + 1.2))
     jitter = np.random.default_rng(0)
     for row, (name, values) in enumerate(runs.items()):
         v = np.asarray(list(values), dtype=float)
@@ -394,8 +401,8 @@ MARKERS = ("o", "s", "^", "D", "v", "P")
 def plot_curves(
     runs: Mapping[str, Sequence[tuple[Sequence[float], Sequence[float]]]],
     *,
-    xlabel: str = "step",
-    ylabel: str = "validation loss",
+    xlabel: str | None = None,
+    ylabel: str | None = None,
     log: bool = False,
     title: str | None = None,
 ) -> Figure:
@@ -430,7 +437,9 @@ def plot_curves(
         ax.annotate(name, (end_x, end_y), xytext=(6, 0),
                     textcoords="offset points", va="center", fontsize=8,
                     color=style["color"])
-    ax.set(xlabel=xlabel, ylabel=ylabel, title=title or "",
+    ax.set(xlabel=_("step") if xlabel is None else xlabel,
+           ylabel=_("validation loss") if ylabel is None else ylabel,
+           title=title or "",
            yscale="log" if log else "linear")
     ax.margins(x=0.02)
     ax.grid(alpha=0.3)
@@ -531,8 +540,8 @@ def show_alignments(
     ylabels: Sequence[Sequence[str]],
     titles: Sequence[str],
     *,
-    xlabel: str = "source",
-    ylabel: str = "output",
+    xlabel: str | None = None,
+    ylabel: str | None = None,
     panel_size: float = 3.5,
     cmap: str = "viridis",
 ) -> Figure:
@@ -571,10 +580,10 @@ def show_alignments(
             ax.set_xticks(range(w.shape[1]), xl,
                           rotation=90 if max(map(len, xl)) > 3 else 0)
             ax.set_yticks(range(w.shape[0]), yl)
-            ax.set_xlabel(xlabel)
+            ax.set_xlabel(_("source") if xlabel is None else xlabel)
             ax.set_title(safe_text(titles[i], f"panel {i}"))
-        axes[0, 0].set_ylabel(ylabel)
-        fig.colorbar(image, ax=axes, shrink=0.8, label="weight")
+        axes[0, 0].set_ylabel(_("output") if ylabel is None else ylabel)
+        fig.colorbar(image, ax=axes, shrink=0.8, label=_("weight"))
     return fig
 
 
@@ -766,7 +775,7 @@ def plot_roofline(
         raise ValueError(f"peak_flops and bandwidth must be positive, got "
                          f"{peak_flops} and {bandwidth}")
     ridge = peak_flops / bandwidth
-    intensities = [i for i, _ in points.values()] + [ridge]
+    intensities = [i for i, _rate in points.values()] + [ridge]
     low = min(intensities) / 4
     high = max(intensities) * 4
     grid = np.geomspace(low, high, 200)
@@ -788,7 +797,7 @@ def plot_roofline(
                     color=style["color"])
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
+    ax.set_xlabel(_("arithmetic intensity (FLOP per byte moved)"))
     ax.set_ylabel("GFLOP/s")
     if title:
         ax.set_title(title)
@@ -829,7 +838,7 @@ def show_block_schedule(
     shade = computed.astype(int) + used.astype(int)
     colours = ("#f2f2f2", "#9ecae1", "#08519c")
     if ax is None:
-        _, ax = plt.subplots(figsize=(3.6, 3.6 * min(num_queries / num_keys,
+        _fig, ax = plt.subplots(figsize=(3.6, 3.6 * min(num_queries / num_keys,
                                                      1.5) + 0.9),
                              layout="constrained")
     ax.imshow(shade, cmap=ListedColormap(colours), vmin=0, vmax=2,
@@ -838,8 +847,8 @@ def show_block_schedule(
         ax.add_patch(Rectangle((keys.start - 0.5, rows.start - 0.5),
                                keys.stop - keys.start, rows.stop - rows.start,
                                fill=False, edgecolor="black", linewidth=1))
-    ax.set_xlabel("keys")
-    ax.set_ylabel("queries")
+    ax.set_xlabel(_("keys"))
+    ax.set_ylabel(_("queries"))
     if title:
         ax.set_title(title)
     if not legend:

@@ -7,6 +7,9 @@
     python scripts/i18n.py lint [PO] # translations that lost or changed markup (a glue
                                      # role in a translation names its page: page.ipynb::key)
 
+    python scripts/i18n.py messages  # the package's messages (feedback, grader, figures)
+                                     # -> attention_course/locales/zh_CN/LC_MESSAGES/*.po
+
 ``make book`` runs ``build`` after the English edition; ``make test`` runs ``check``
 (tests/test_i18n.py). Translators edit the ``.po`` files only: after a change of the
 English text, ``update`` marks the changed messages (new ones empty, edited ones
@@ -97,22 +100,20 @@ def problems(pot: Path | None = None) -> list[str]:
                 continue
             with open(catalogs[page], "rb") as f:
                 have = {m.id for m in read_po(f) if m.id}
-            missing = wanted - have
-            if missing:
-                found.append(f"{page}: {len(missing)} messages not in the catalog, e.g. "
-                             f"{sorted(missing, key=str)[0]!r:.80}")
+            _report(found, page, "messages not in the catalog", sorted(wanted - have, key=str))
     for page, path in sorted(catalogs.items()):
         with open(path, "rb") as f:
             catalog = read_po(f)
-        untranslated = [m.id for m in catalog if m.id and not m.string]
-        fuzzy = [m.id for m in catalog if m.id and m.fuzzy]
-        if untranslated:
-            found.append(f"{page}: {len(untranslated)} untranslated, e.g. "
-                         f"{untranslated[0]!r:.80}")
-        if fuzzy:
-            found.append(f"{page}: {len(fuzzy)} fuzzy (the English changed), e.g. "
-                         f"{fuzzy[0]!r:.80}")
+        _report(found, page, "untranslated", [m.id for m in catalog if m.id and not m.string])
+        _report(found, page, "fuzzy (the English changed)",
+                [m.id for m in catalog if m.id and m.fuzzy])
     return found
+
+
+def _report(found: list[str], where: str, what: str, messages: list) -> None:
+    """Add "where: N what, e.g. 'the first one'" to ``found`` when there are any."""
+    if messages:
+        found.append(f"{where}: {len(messages)} {what}, e.g. {messages[0]!r:.80}")
 
 
 _MARKUP = re.compile(
@@ -165,12 +166,173 @@ def lint(paths: list[Path]) -> list[str]:
 
 
 def check() -> int:
-    found = problems(extract()) + lint(sorted(CATALOGS.rglob("*.po")))
+    found = (problems(extract()) + lint(sorted(CATALOGS.rglob("*.po")))
+             + message_problems())
     for line in found:
         print(f"i18n: {line}")
     if found:
-        print("i18n: run 'python scripts/i18n.py update', translate the empty and fuzzy "
-              f"entries in {CATALOGS.relative_to(ROOT)}/, and remove their fuzzy flags")
+        print("i18n: run 'python scripts/i18n.py update' (the book) or 'messages' (the "
+              "package), translate the empty and fuzzy entries in "
+              f"{CATALOGS.relative_to(ROOT)}/ or {PACKAGE_CATALOGS.relative_to(ROOT)}/, and "
+              "remove their fuzzy flags")
+    return 1 if found else 0
+
+
+# --------------------------------------------------------------------------- the package
+PACKAGE = ROOT / "attention_course"
+PACKAGE_CATALOGS = PACKAGE / "locales" / LANGUAGE / "LC_MESSAGES"
+CORE = "attention_course"  # the package's own messages; each exercise has its catalog
+
+
+def package_messages() -> dict[str, dict[str, list[tuple[str, int]]]]:
+    """Every message of the package, by catalog: ``{catalog: {msgid: [(file, line)]}}``.
+
+    The messages are the literals in ``_()`` and ``N_()`` calls anywhere in the package
+    and, for each exercise, the words of its spec (titles, hints, sections, known
+    mistakes, the labels of the cases the learner sees), which the grader translates
+    where it shows them. A message is kept in the first catalog that has it (the
+    package's own, then the exercises in order).
+    """
+    from babel.messages.extract import extract_from_dir
+
+    sys.path.insert(0, str(ROOT))
+    from attention_course.grading.registry import all_exercises
+    from attention_course.grading.spec import KINDS
+
+    found: dict[str, dict[str, list[tuple[str, int]]]] = {CORE: {}}
+
+    def add(catalog: str, message: str, where: tuple[str, int]) -> None:
+        if message and not any(message in found[c] for c in found if c != catalog):
+            found.setdefault(catalog, {}).setdefault(message, []).append(where)
+
+    exercises = sorted(all_exercises().values(), key=lambda e: e.id)
+    modules = {}
+    for exercise in exercises:
+        module = sys.modules[_spec_module(exercise)]
+        modules[Path(module.__file__).stem] = exercise
+    for kind in KINDS:
+        add(CORE, kind, ("attention_course/grading/spec.py", 0))
+    extracted = sorted(extract_from_dir(str(PACKAGE), method_map=[("**.py", "python")],
+                                        keywords={"_": None, "N_": None}),
+                       key=lambda m: (Path(m[0]).stem in modules, m[0], m[1]))
+    for filename, line, message, _comments, _context in extracted:
+        stem = Path(filename).stem
+        catalog = stem if stem in modules else CORE
+        found.setdefault(catalog, {})
+        add(catalog, message, (f"attention_course/{filename}", line))
+    for stem, exercise in modules.items():
+        where = (f"attention_course/grading/exercises/{stem}.py", 0)
+        found.setdefault(stem, {})
+        add(stem, exercise.title, where)
+        for q in exercise.questions:
+            for text in (q.title, q.hint, q.section, *(m.message for m in q.mistakes),
+                         *(c.label for c in q.cases() if not c.hidden)):
+                add(stem, text, where)
+    return found
+
+
+def _spec_module(exercise) -> str:
+    """The module that defines ``exercise`` (``EXERCISE = Exercise(...)``)."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("attention_course.grading.exercises.ex") and (
+                getattr(module, "EXERCISE", None) is exercise):
+            return name
+    raise LookupError(f"no spec module defines {exercise.id}")
+
+
+def _book_translations() -> dict[str, str]:
+    """The book's translated messages (a section title a hint names is translated the
+    same way as the heading it names)."""
+    from babel.messages.pofile import read_po
+
+    known = {}
+    for path in sorted(CATALOGS.rglob("*.po")):
+        with open(path, "rb") as f:
+            for m in read_po(f):
+                if m.id and m.string and not m.fuzzy:
+                    known.setdefault(str(m.id), str(m.string))
+    return known
+
+
+def update_messages(only: list[str] | None = None) -> int:
+    """Bring the package's catalogs (``only`` these, by name) up to date with its code:
+    new messages empty (or, for a section's title, the book's translation), changed ones
+    fuzzy, gone ones dropped."""
+    from babel.messages.catalog import Catalog
+    from babel.messages.pofile import read_po, write_po
+
+    PACKAGE_CATALOGS.mkdir(parents=True, exist_ok=True)
+    book = _book_translations()
+    wanted = package_messages()
+    for name, messages in wanted.items():
+        if only and name not in only:
+            continue
+        path = PACKAGE_CATALOGS / f"{name}.po"
+        template = Catalog(locale=LANGUAGE, project="attention-course", fuzzy=False)
+        for message, where in messages.items():
+            template.add(message, locations=where)
+        if path.exists():
+            with open(path, "rb") as f:
+                catalog = read_po(f, locale=LANGUAGE)
+            catalog.update(template, update_header_comment=False)
+            catalog.obsolete.clear()
+        else:
+            catalog = template
+        for m in catalog:
+            if m.id and not m.string and str(m.id) in book:
+                m.string = book[str(m.id)]
+        with open(path, "wb") as f:
+            write_po(f, catalog, width=88, sort_output=False, omit_header=False)
+    for stale in PACKAGE_CATALOGS.glob("*.po"):
+        if stale.stem not in wanted and not only:
+            stale.unlink()
+    print(f"i18n: {sum(map(len, wanted.values()))} messages in "
+          f"{len(wanted)} catalogs under {PACKAGE_CATALOGS.relative_to(ROOT)}")
+    return 0
+
+
+_FIELD = re.compile(r"\{[^{}]*\}|`[^`]+`")
+
+
+def message_problems() -> list[str]:
+    """What keeps the package's catalogs from being complete and right: messages of the
+    code missing from them or left over, untranslated, fuzzy, or whose translation lost
+    or changed a ``{field}`` or a piece of ``code``."""
+    from babel.messages.pofile import read_po
+
+    found = []
+    wanted = package_messages()
+    for name, messages in wanted.items():
+        path = PACKAGE_CATALOGS / f"{name}.po"
+        if not path.exists():
+            found.append(f"{name}.po: no catalog ({len(messages)} messages)")
+            continue
+        with open(path, "rb") as f:
+            catalog = read_po(f, locale=LANGUAGE)
+        have = {str(m.id): m for m in catalog if m.id}
+        _report(found, f"{name}.po", "messages not in the catalog",
+                [m for m in messages if m not in have])
+        _report(found, f"{name}.po", "messages no longer in the code",
+                [m for m in have if m not in messages])
+        for message, m in have.items():
+            if not m.string:
+                found.append(f"{name}.po: untranslated: {message!r:.80}")
+            elif m.fuzzy:
+                found.append(f"{name}.po: fuzzy (the English changed): {message!r:.80}")
+            elif sorted(_FIELD.findall(message)) != sorted(_FIELD.findall(str(m.string))):
+                found.append(f"{name}.po: the translation of {message!r:.60} must keep its "
+                             f"fields and code: {sorted(_FIELD.findall(message))}")
+    return found
+
+
+def check_messages() -> int:
+    found = message_problems()
+    for line in found:
+        print(f"i18n: {line}")
+    if found:
+        print("i18n: run 'python scripts/i18n.py messages', translate the empty and fuzzy "
+              f"entries in {PACKAGE_CATALOGS.relative_to(ROOT)}/ (keep every {{field}} and "
+              "`code`), and remove their fuzzy flags")
     return 1 if found else 0
 
 
@@ -189,9 +351,10 @@ def build_chinese() -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command",
-                        choices=("extract", "update", "check", "build", "lint"))
+                        choices=("extract", "update", "check", "build", "lint", "messages"))
     parser.add_argument("catalogs", nargs="*", type=Path,
-                        help="lint: the .po files (default: all)")
+                        help="lint: the .po files (default: all); messages: the package's "
+                             "catalogs to update, by name (default: all)")
     args = parser.parse_args(argv)
     command = args.command
     if command == "lint":
@@ -201,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     if command == "extract":
         print(f"i18n: templates in {extract()}")
         return 0
+    if command == "messages":
+        return update_messages([Path(c).stem for c in args.catalogs])
     return {"update": update, "check": check, "build": build_chinese}[command]()
 
 

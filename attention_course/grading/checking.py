@@ -24,6 +24,7 @@ from attention_course.grading.results import (
     wrap_indented,
 )
 from attention_course.grading.spec import Case, Exercise, Question
+from attention_course.i18n import _
 
 
 @dataclass(frozen=True)
@@ -135,11 +136,11 @@ def run_checks(
     exercise = get_exercise(exercise_id)
     prepared = prepare(exercise_id)
     chosen = _select(exercise, targets, namespace)
-    wanted = {q.id for q, _ in chosen}
+    wanted = {q.id for q, _obj in chosen}
     # the earlier questions a chosen one builds on are checked too, to say when they fail
     objects = {q.id: namespace.get(q.symbol) for q in exercise.questions}
     objects.update({q.id: obj for q, obj in chosen})
-    needed = wanted | {i for q, _ in chosen for i in q.builds_on}
+    needed = wanted | {i for q, _obj in chosen for i in q.builds_on}
     by_id = {}
     for question in exercise.questions:
         if question.id not in needed:
@@ -149,11 +150,11 @@ def run_checks(
         except KeyboardInterrupt:
             raise
         except BaseException as error:  # noqa: B036 - feedback must never crash the notebook
-            by_id[question.id] = result(question, "error",
-                                        f"checking failed: {describe_error(error)}")
+            by_id[question.id] = result(question, "error", _("checking failed: {error}").format(
+                error=describe_error(error)))
     questions = [q for q in exercise.questions if q.id in by_id]
     annotated = dict(zip(by_id, builds_on_failed(questions, list(by_id.values())), strict=True))
-    return [annotated[q.id] for q, _ in chosen]
+    return [annotated[q.id] for q, _obj in chosen]
 
 
 def check(exercise_id: str, *targets: Any) -> None:
@@ -170,7 +171,7 @@ def check(exercise_id: str, *targets: Any) -> None:
     except KeyboardInterrupt:
         raise
     except BaseException as error:  # noqa: B036
-        print("check could not run:")
+        print(_("check could not run:"))
         print("\n".join(wrap_indented(describe_error(error))))
         return
     for r in results:
@@ -178,4 +179,4 @@ def check(exercise_id: str, *targets: Any) -> None:
     if not targets:
         score = sum(r.points for r in results)
         total = sum(r.max_points for r in results)
-        print(f"Total: {score}/{total} points")
+        print(_("Total: {score}/{total} points").format(score=score, total=total))

@@ -19,13 +19,16 @@ from pathlib import Path
 from attention_course.grading import gradebook
 from attention_course.grading.results import SubmissionResult
 from attention_course.grading.sandbox import PACKAGE_ROOT, ForkServer, GraderError, Limits
+from attention_course.i18n import LANGUAGES, N_, _, using
 
 SOLUTIONS = Path(PACKAGE_ROOT) / "exercises" / "solutions"
 ISOLATION = {
-    "network_namespace": "no network namespace: the network is only blocked inside Python",
-    "pid_namespace": "no PID namespace: a process that leaves the group may outlive grading",
-    "file_system_hidden": "no private file system: a submission can read what the grading "
-                          "user can read (other submissions, solutions)",
+    "network_namespace": N_("no network namespace: the network is only blocked inside "
+                            "Python"),
+    "pid_namespace": N_("no PID namespace: a process that leaves the group may outlive "
+                        "grading"),
+    "file_system_hidden": N_("no private file system: a submission can read what the "
+                             "grading user can read (other submissions, solutions)"),
 }
 
 
@@ -94,6 +97,10 @@ def add_grade_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     parser.add_argument("--fresh-process", action="store_true",
                         help="start a new Python for every submission instead of forking it "
                              "from a server that imported torch once (slower)")
+    parser.add_argument("--lang", choices=LANGUAGES, metavar="LANG",
+                        help="the language of the feedback and messages: "
+                             f"{', '.join(LANGUAGES)} (default: $ATTENTION_COURSE_LANG, "
+                             "else en)")
     parser.set_defaults(run=run_grade)
     return parser
 
@@ -196,19 +203,23 @@ def shard(items: list[Submission], spec: str | None) -> list[Submission]:
 # --------------------------------------------------------------------------- reporting
 def feedback_text(result: SubmissionResult) -> str:
     """The human-readable feedback for one submission."""
-    lines = [f"Student:    {result.student}", f"Notebook:   {result.file}"]
+    def field(name: str, value: str) -> str:
+        return f"{name:<11} {value}"
+
+    lines = [field(_("Student:"), result.student), field(_("Notebook:"), result.file)]
     if result.exercise:
-        lines.append(f"Exercise:   {result.exercise}")
-    lines.append(f"Score:      {result.score}/{result.max_score}")
+        lines.append(field(_("Exercise:"), result.exercise))
+    lines.append(field(_("Score:"), f"{result.score}/{result.max_score}"))
     if result.error:
-        lines.append(f"Not graded: {result.error}")
+        lines.append(field(_("Not graded:"), result.error))
     lines.append("")
     lines += [q.line() for q in result.questions]
     if result.notebook_errors:
-        lines += ["", "Errors while running the notebook:"]
+        lines += ["", _("Errors while running the notebook:")]
         lines += [f"  {e}" for e in result.notebook_errors]
     if result.output.strip():
-        lines += ["", "The notebook's output (for reference; it has no effect on the score):"]
+        lines += ["", _("The notebook's output (for reference; it has no effect on the "
+                        "score):")]
         lines += ["  | " + line for line in result.output.rstrip().splitlines()[:200]]
     return "\n".join(lines) + "\n"
 
@@ -216,7 +227,7 @@ def feedback_text(result: SubmissionResult) -> str:
 def table(results: list[SubmissionResult]) -> str:
     """A readable summary for the terminal."""
     width = max([len(r.submission) for r in results] + [10])
-    lines = [f"{'submission':<{width}}  {'score':>7}  questions / problem"]
+    lines = [f"{_('submission'):<{width}}  {_('score'):>7}  {_('questions / problem')}"]
     for r in results:
         detail = r.error or "  ".join(f"{q.id} {q.points}/{q.max_points}" for q in r.questions)
         lines.append(f"{r.submission:<{width}}  {r.score:>3}/{r.max_score:<3}  {detail}")
@@ -236,7 +247,8 @@ def _grade_one(sub: Submission, args: argparse.Namespace, limits: Limits,
         return SubmissionResult(sub.student, submission_name(sub.student, sub.exercise,
                                                              sub.path),
                                 str(sub.path), sub.exercise, 0, 0, [],
-                                error=f"grader error: {kind}{error}", grader_error=True)
+                                error=_("grader error: {error}").format(
+                                    error=f"{kind}{error}"), grader_error=True)
 
 
 def self_check(exercises: set[str], limits: Limits, server: ForkServer | None,
@@ -254,8 +266,8 @@ def self_check(exercises: set[str], limits: Limits, server: ForkServer | None,
     for exercise in sorted(exercises):
         path = solutions / f"{exercise}.ipynb"
         if not path.is_file():
-            print(f"grade: note: no reference solution {path} to check {exercise} with",
-                  file=sys.stderr)
+            print(_("grade: note: no reference solution {path} to check {exercise} with"
+                    ).format(path=path, exercise=exercise), file=sys.stderr)
             continue
         try:
             record = grade_notebook(path, limits=limits, student="reference", server=server)
@@ -265,8 +277,10 @@ def self_check(exercises: set[str], limits: Limits, server: ForkServer | None,
         if record.score < record.max_score or record.notebook_errors:
             wrong = [f"    {q.id}: {q.status}: {q.message}" for q in record.questions
                      if not q.passed] + [f"    {e}" for e in record.notebook_errors]
-            problems.append(f"{exercise}: the reference solution scored {record.score}/"
-                            f"{record.max_score} in the sandbox:\n" + "\n".join(wrong))
+            problems.append(_("{exercise}: the reference solution scored {score}/{max_score} "
+                              "in the sandbox:").format(exercise=exercise, score=record.score,
+                                                        max_score=record.max_score)
+                            + "\n" + "\n".join(wrong))
     if not isolation:
         try:
             isolation = run_child(["import attention_course"], [], {}, limits, limits.timeout,
@@ -279,19 +293,20 @@ def self_check(exercises: set[str], limits: Limits, server: ForkServer | None,
 def _warn_about(isolation: dict) -> None:
     weaker = [why for key, why in ISOLATION.items() if not isolation.get(key)]
     if weaker:
-        print("grade: warning: weaker isolation on this machine (see the book's page "
-              "'Grading a class'):", file=sys.stderr)
+        print(_("grade: warning: weaker isolation on this machine (see the book's page "
+                "'Grading a class'):"), file=sys.stderr)
         for why in weaker:
-            print(f"  - {why}", file=sys.stderr)
+            print(f"  - {_(why)}", file=sys.stderr)
 
 
 def run_grade(args: argparse.Namespace) -> int:
     """Find, self-check, grade, write the gradebook, report."""
-    try:
-        return _grade(args)
-    except UsageError as error:
-        print(f"grade: {error}", file=sys.stderr)
-        return 2
+    with using(args.lang):
+        try:
+            return _grade(args)
+        except UsageError as error:
+            print(f"grade: {error}", file=sys.stderr)
+            return 2
 
 
 def _grade(args: argparse.Namespace) -> int:
@@ -313,7 +328,8 @@ def _grade(args: argparse.Namespace) -> int:
         for exercise_id in sorted(exercises):
             prepare(exercise_id)
     except Exception as error:
-        print(f"grade: the grader could not load its exercises: {error}", file=sys.stderr)
+        print(_("grade: the grader could not load its exercises: {error}").format(
+            error=error), file=sys.stderr)
         return 1
     limits = Limits(timeout=args.timeout, memory_mb=args.memory, scratch_mb=args.scratch,
                     question_timeout=args.question_timeout, device=args.device,
@@ -324,11 +340,12 @@ def _grade(args: argparse.Namespace) -> int:
         if server is not None:
             server.start()
         if subs:
-            print(f"grade: self-check: grading the reference solutions of "
-                  f"{len(exercises)} exercise(s) in the sandbox ...", file=sys.stderr)
+            print(_("grade: self-check: grading the reference solutions of {count} "
+                    "exercise(s) in the sandbox ...").format(count=len(exercises)),
+                  file=sys.stderr)
         problems, isolation = self_check(exercises, limits, server, args.solutions)
         if problems:
-            print("grade: the grader failed its self-check, so nothing was graded:",
+            print(_("grade: the grader failed its self-check, so nothing was graded:"),
                   file=sys.stderr)
             for problem in problems:
                 print(f"  {problem}", file=sys.stderr)
@@ -359,7 +376,7 @@ def _grade(args: argparse.Namespace) -> int:
 def _grade_all(subs: list[Submission], args: argparse.Namespace, limits: Limits,
                server: ForkServer | None, tqdm) -> list[SubmissionResult]:
     results: list[SubmissionResult | None] = [None] * len(subs)
-    bar = tqdm(total=len(subs), desc="grading", unit="nb", file=sys.stderr,
+    bar = tqdm(total=len(subs), desc=_("grading"), unit="nb", file=sys.stderr,
                disable=len(subs) < 2)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(_grade_one, sub, args, limits, server): i

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from attention_course.i18n import N_, _
+
 MAX_DEPTH = 8
 MAX_ITEMS = 100_000
 
@@ -21,7 +23,7 @@ class NotPlainData(ValueError):
     """An output holds something other than tensors, numbers, strings and containers."""
 
 
-def validate_plain(value: Any, path: str = "output") -> Any:
+def validate_plain(value: Any, path: str | None = None) -> Any:
     """Check that ``value`` is plain data and return it with plain ``torch.Tensor`` leaves.
 
     Accepted: strided tensors, ``bool``/``int``/``float``/``str``/``None`` and lists,
@@ -30,18 +32,20 @@ def validate_plain(value: Any, path: str = "output") -> Any:
     pickle that reuses one list a million times cannot make a huge tree). Raises
     :class:`NotPlainData`.
     """
-    return _validate(value, path, 0, [0])
+    return _validate(value, _("output") if path is None else path, 0, [0])
 
 
 def _validate(value: Any, path: str, depth: int, count: list[int]) -> Any:
     count[0] += 1
     if count[0] > MAX_ITEMS:
-        raise NotPlainData(f"the output holds more than {MAX_ITEMS} items")
+        raise NotPlainData(_("the output holds more than {count} items").format(
+            count=MAX_ITEMS))
     if depth > MAX_DEPTH:
-        raise NotPlainData(f"{path} is nested more than {MAX_DEPTH} levels deep")
+        raise NotPlainData(_("{path} is nested more than {depth} levels deep").format(
+            path=path, depth=MAX_DEPTH))
     if isinstance(value, torch.Tensor):
         if value.layout != torch.strided or value.is_quantized or value.device.type != "cpu":
-            raise NotPlainData(f"{path} is not a plain dense CPU tensor")
+            raise NotPlainData(_("{path} is not a plain dense CPU tensor").format(path=path))
         return torch.Tensor(value.detach()) if type(value) is not torch.Tensor else value
     if value is None or type(value) in (bool, int, float, str):
         return value
@@ -50,9 +54,10 @@ def _validate(value: Any, path: str, depth: int, count: list[int]) -> Any:
         return type(value)(items)
     if type(value) is dict:
         if not all(type(k) is str for k in value):
-            raise NotPlainData(f"{path} is a dict with non-string keys")
+            raise NotPlainData(_("{path} is a dict with non-string keys").format(path=path))
         return {k: _validate(v, f"{path}[{k!r}]", depth + 1, count) for k, v in value.items()}
-    raise NotPlainData(f"{path} is a {type(value).__name__}, not a tensor or a number")
+    raise NotPlainData(_("{path} is a {type}, not a tensor or a number").format(
+        path=path, type=type(value).__name__))
 
 
 def _shape(t: torch.Tensor) -> str:
@@ -69,10 +74,11 @@ def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
 
 def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {_shape(value)}"
+        return _("a tensor of shape {shape}").format(shape=_shape(value))
     if isinstance(value, (list, tuple)):
-        return f"a {type(value).__name__} of length {len(value)}"
-    return f"a {type(value).__name__}"
+        return _("a {type} of length {length}").format(type=type(value).__name__,
+                                                       length=len(value))
+    return _("a {type}").format(type=type(value).__name__)
 
 
 def _number(value: float) -> str:
@@ -83,15 +89,18 @@ def _number(value: float) -> str:
 def _off_by(expected: float, got: float) -> str:
     """How ``got`` misses ``expected``, without saying what ``expected`` is."""
     if math.isnan(got) or math.isinf(got):
-        return f"got {got}"
+        return _("got {value}").format(value=got)
     if expected == 0 or got == 0 or (expected > 0) != (got > 0):
-        return f"got {_number(got)}, which is not the answer"
+        return _("got {value}, which is not the answer").format(value=_number(got))
     ratio = got / expected
-    size = "too large" if ratio > 1 else "too small"
     factor = max(ratio, 1 / ratio)
     if factor < 1.01:
-        return f"got {_number(got)}, which is slightly {size} (by less than 1%)"
-    return f"got {_number(got)}, which is {factor:.3g} times {size}"
+        message = (_("got {value}, which is slightly too large (by less than 1%)") if ratio > 1
+                   else _("got {value}, which is slightly too small (by less than 1%)"))
+        return message.format(value=_number(got))
+    message = (_("got {value}, which is {factor} times too large") if ratio > 1
+               else _("got {value}, which is {factor} times too small"))
+    return message.format(value=_number(got), factor=f"{factor:.3g}")
 
 
 def _compare_tensors(
@@ -99,47 +108,51 @@ def _compare_tensors(
     reveal: bool = True,
 ) -> str | None:
     if got.shape != expected.shape:
-        message = f"{path}: expected shape {_shape(expected)}, got {_shape(got)}"
+        message = f"{path}: " + _("expected shape {expected}, got {got}").format(
+            expected=_shape(expected), got=_shape(got))
         if sorted(got.shape) == sorted(expected.shape) and got.dim() > 1:
-            message += " (the same sizes in another order: are two axes swapped?)"
+            message += _(" (the same sizes in another order: are two axes swapped?)")
         return message
     if expected.dtype == torch.bool and got.dtype != torch.bool:
-        return (f"{path}: expected a boolean tensor (True or False in each entry), got dtype "
-                f"{got.dtype}")
+        return f"{path}: " + _("expected a boolean tensor (True or False in each entry), got "
+                               "dtype {dtype}").format(dtype=got.dtype)
     integer = not (expected.is_floating_point() or expected.is_complex() or
                    expected.dtype == torch.bool)
     if integer and (got.is_floating_point() or got.is_complex() or got.dtype == torch.bool):
-        return f"{path}: expected an integer tensor, got dtype {got.dtype}"
+        return f"{path}: " + _("expected an integer tensor, got dtype {dtype}").format(
+            dtype=got.dtype)
     if expected.is_floating_point() and not (got.is_floating_point() or got.dtype == torch.bool):
         if got.is_complex() or not torch.equal(got.double(), expected.double()):
-            return f"{path}: expected a floating-point tensor, got dtype {got.dtype}"
+            return f"{path}: " + _("expected a floating-point tensor, got dtype {dtype}"
+                                   ).format(dtype=got.dtype)
     if got.numel() == 0:
         return None
     e, g = expected.detach().double(), got.detach().double()
     bad_g = ~torch.isfinite(g) & torch.isfinite(e)
     if bad_g.any():
         where = _index(int(bad_g.flatten().nonzero()[0]), g.shape)
-        return (
-            f"{path}: got {g[where].item()} at index {where}, where the answer is "
-            f"{e[where].item():.6g} (look for a division by zero or an overflow)"
-        )
+        return f"{path}: " + _(
+            "got {value} at index {index}, where the answer is {answer} (look for a "
+            "division by zero or an overflow)").format(
+                value=g[where].item(), index=where, answer=f"{e[where].item():.6g}")
     close = torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
     if bool(close.all()):
         return None
     diff = torch.where(close, torch.zeros_like(g), (g - e).abs().nan_to_num(math.inf))
     where = _index(int(diff.flatten().argmax()), g.shape)
-    count = f"({int((~close).sum())} of {g.numel()} entries differ)"
+    count = _("({count} of {total} entries differ)").format(count=int((~close).sum()),
+                                                              total=g.numel())
     if not reveal:
-        return (f"{path}: values differ; at index {where} you "
-                f"{_off_by(e[where].item(), g[where].item())} {count}")
-    return (
-        f"{path}: values differ; at index {where} expected {e[where].item():.6g}, "
-        f"got {g[where].item():.6g} {count}"
-    )
+        return f"{path}: " + _("values differ; at index {index} you {how} {count}").format(
+            index=where, how=_off_by(e[where].item(), g[where].item()), count=count)
+    return f"{path}: " + _(
+        "values differ; at index {index} expected {expected}, got {got} {count}").format(
+            index=where, expected=f"{e[where].item():.6g}", got=f"{g[where].item():.6g}",
+            count=count)
 
 
 def compare(
-    expected: Any, got: Any, rtol: float = 1e-4, atol: float = 1e-6, path: str = "output",
+    expected: Any, got: Any, rtol: float = 1e-4, atol: float = 1e-6, path: str | None = None,
     reveal: bool = True,
 ) -> str | None:
     """``None`` when ``got`` matches ``expected`` within tolerance, else what differs.
@@ -149,13 +162,15 @@ def compare(
     message never says what the expected value is (for answers that are the point of a
     question: a derived number, a prediction), only how the answer misses it.
     """
+    path = _("output") if path is None else path
     if isinstance(expected, torch.Tensor):
         if isinstance(got, numbers.Number) and expected.numel() == 1:
             got = torch.tensor(got)
             if expected.dim() != 0:
                 got = got.reshape(expected.shape)
         if not isinstance(got, torch.Tensor):
-            return f"{path}: expected a tensor of shape {_shape(expected)}, got {_describe(got)}"
+            return f"{path}: " + _("expected a tensor of shape {shape}, got {got}").format(
+                shape=_shape(expected), got=_describe(got))
         return _compare_tensors(expected, got, rtol, atol, path, reveal)
     if isinstance(expected, bool) or isinstance(expected, str) or expected is None:
         if isinstance(got, torch.Tensor) and got.numel() == 1 and isinstance(expected, bool):
@@ -165,13 +180,14 @@ def compare(
         shown = repr(got)[:200] if isinstance(got, (str, bool, int, float, type(None))) else (
             _describe(got))
         if not reveal:
-            return f"{path}: {shown} is not the right answer"
-        return f"{path}: expected {expected!r}, got {shown}"[:300]
+            return f"{path}: " + _("{answer} is not the right answer").format(answer=shown)
+        return (f"{path}: " + _("expected {expected}, got {got}").format(
+            expected=repr(expected), got=shown))[:300]
     if isinstance(expected, numbers.Number):
         if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_complex():
             got = got.item()
         if not isinstance(got, numbers.Number) or isinstance(got, (bool, complex)):
-            return f"{path}: expected a number, got {_describe(got)}"
+            return f"{path}: " + _("expected a number, got {got}").format(got=_describe(got))
         if isinstance(expected, int) and not isinstance(expected, bool):
             ok = got == expected
         else:
@@ -180,10 +196,12 @@ def compare(
             return None
         if not reveal:
             return f"{path}: {_off_by(expected, got)}"
-        return f"{path}: expected {_number(expected)}, got {_number(got)}"
+        return f"{path}: " + _("expected {expected}, got {got}").format(
+            expected=_number(expected), got=_number(got))
     if isinstance(expected, (list, tuple)):
         if not isinstance(got, (list, tuple)) or len(got) != len(expected):
-            return f"{path}: expected {_describe(expected)}, got {_describe(got)}"
+            return f"{path}: " + _("expected {expected}, got {got}").format(
+                expected=_describe(expected), got=_describe(got))
         for i, (e, g) in enumerate(zip(expected, got, strict=True)):
             message = compare(e, g, rtol, atol, f"{path}[{i}]", reveal)
             if message:
@@ -191,7 +209,8 @@ def compare(
         return None
     if isinstance(expected, dict):
         if not isinstance(got, dict) or set(got) != set(expected):
-            return f"{path}: expected a dict with keys {sorted(expected)}, got {_describe(got)}"
+            return f"{path}: " + _("expected a dict with keys {keys}, got {got}").format(
+                keys=sorted(expected), got=_describe(got))
         for key in expected:
             message = compare(expected[key], got[key], rtol, atol, f"{path}[{key!r}]",
                               reveal)
@@ -202,7 +221,7 @@ def compare(
 
 
 def rows_sum_to_one(
-    pick: Callable[[Any], Any] = lambda out: out, what: str = "attention weights"
+    pick: Callable[[Any], Any] = lambda out: out, what: str = N_("attention weights")
 ) -> Callable[[Any, Any, Any], str | None]:
     """A ``diagnose`` hook: report the first row of ``pick(got)`` that does not sum to 1.
 
@@ -218,9 +237,8 @@ def rows_sum_to_one(
         if not bool(bad.any()):
             return None
         row = int(bad.nonzero()[0])
-        return (
-            f"row {row} of the {what} sums to {sums[row].item():.3g}; each row is a softmax "
-            f"over the keys and must sum to 1"
-        )
+        return _("row {row} of the {what} sums to {total}; each row is a softmax over the "
+                 "keys and must sum to 1").format(row=row, what=_(what),
+                                                  total=f"{sums[row].item():.3g}")
 
     return diagnose

@@ -27,6 +27,7 @@ from attention_course.grading.results import (
 )
 from attention_course.grading.sandbox import Attempt, ForkServer, GraderError, Limits, run_child
 from attention_course.grading.spec import Exercise
+from attention_course.i18n import _
 
 MAX_NOTEBOOK_BYTES = 20 << 20
 
@@ -40,23 +41,27 @@ def read_notebook(path: Path) -> dict[str, Any]:
     try:
         info = path.stat()
         if not stat.S_ISREG(info.st_mode):
-            raise SubmissionError("the submission is not a regular file")
+            raise SubmissionError(_("the submission is not a regular file"))
         size = info.st_size
         if size > MAX_NOTEBOOK_BYTES:
-            raise SubmissionError(f"the notebook file is too large ({size >> 20} MB)")
+            raise SubmissionError(_("the notebook file is too large ({size} MB)").format(
+                size=size >> 20))
         with open(path, "rb") as f:
             data = f.read(MAX_NOTEBOOK_BYTES + 1)
     except OSError as error:
-        raise SubmissionError(f"the notebook file could not be read: {error.strerror}") from None
+        raise SubmissionError(_("the notebook file could not be read: {error}").format(
+            error=error.strerror)) from None
     try:
         nb = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         message = str(error).splitlines()[0][:200]
-        raise SubmissionError(f"the notebook file is not valid JSON ({message})") from None
+        raise SubmissionError(_("the notebook file is not valid JSON ({error})").format(
+            error=message)) from None
     if type(nb) is not dict or type(nb.get("cells")) is not list:
-        raise SubmissionError("the file is not a Jupyter notebook (no list of cells)")
+        raise SubmissionError(_("the file is not a Jupyter notebook (no list of cells)"))
     if nb.get("nbformat") != 4:
-        raise SubmissionError(f"unsupported notebook format {nb.get('nbformat')!r} (need 4)")
+        raise SubmissionError(_("unsupported notebook format {format} (need 4)").format(
+            format=repr(nb.get("nbformat"))))
     return nb
 
 
@@ -70,7 +75,8 @@ def code_cells(nb: dict[str, Any]) -> list[str]:
         if type(source) is list and all(type(line) is str for line in source):
             source = "".join(source)
         if type(source) is not str:
-            raise SubmissionError("a code cell's source is neither text nor a list of lines")
+            raise SubmissionError(_("a code cell's source is neither text nor a list of "
+                                    "lines"))
         cells.append(source)
     return cells
 
@@ -87,10 +93,10 @@ def exercise_of(nb: dict[str, Any], path: Path, override: str | None = None) -> 
     for exercise_id in sorted(all_exercises(), key=len, reverse=True):
         if exercise_id in path.name:
             return get_exercise(exercise_id)
-    raise SubmissionError(
+    raise SubmissionError(_(
         "cannot tell which exercise this is: the notebook metadata has no known "
         "attention_course.exercise and the file name names none (use --exercise)"
-    )
+    ))
 
 
 def _signal_name(status: int) -> str:
@@ -103,24 +109,29 @@ def _signal_name(status: int) -> str:
 def _how_it_ended(attempt: Attempt, limits: Limits) -> tuple[str, str]:
     """(status, reason) for work the child left unfinished."""
     if attempt.end == "timeout":
-        return "timeout", f"did not finish within the {limits.timeout:g} s limit"
+        return "timeout", _("did not finish within the {limit} s limit").format(
+            limit=f"{limits.timeout:g}")
     if attempt.end == "violation":
-        return "crashed", "sent the grader malformed or oversized data"
+        return "crashed", _("sent the grader malformed or oversized data")
     if attempt.end == "memory":
-        return "crashed", f"used more than the {limits.memory_mb} MB memory limit"
+        return "crashed", _("used more than the {limit} MB memory limit").format(
+            limit=limits.memory_mb)
     status = attempt.exit_status
     if status is not None and status > 128:
         name = _signal_name(status)
-        why = {"SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)",
-               "SIGKILL": " (killed, perhaps out of memory)"}.get(name, "")
-        return "crashed", f"the process was killed by {name}{why}"
-    return "crashed", f"the process ended early (exit status {status}; os._exit?)"
+        why = {"SIGXCPU": _(" (CPU time limit)"), "SIGXFSZ": _(" (file size limit)"),
+               "SIGKILL": _(" (killed, perhaps out of memory)")}.get(name, "")
+        return "crashed", _("the process was killed by {signal}").format(signal=name) + why
+    return "crashed", _("the process ended early (exit status {status}; os._exit?)").format(
+        status=status)
 
 
 def _reason_in_cells(attempt: Attempt, limits: Limits) -> tuple[str, str]:
     status, why = _how_it_ended(attempt, limits)
-    where = "" if attempt.current_cell is None else f" in code cell {attempt.current_cell + 1}"
-    return status, f"the notebook did not run to the end{where}: {why}"
+    if attempt.current_cell is None:
+        return status, _("the notebook did not run to the end: {why}").format(why=why)
+    return status, _("the notebook did not run to the end in code cell {cell}: {why}").format(
+        cell=attempt.current_cell + 1, why=why)
 
 
 def _judge(prepared: Prepared, answer: tuple) -> QuestionResult:
@@ -145,7 +156,8 @@ def _ungradable(path: Path, student: str, exercise: str | None,
     except (SubmissionError, KeyError):
         return SubmissionResult(student, submission_name(student, None, path), str(path), None,
                                 0, 0, [], error=message)
-    questions = [result(q, "error", f"not graded: {message}") for q in ex.questions]
+    questions = [result(q, "error", _("not graded: {why}").format(why=message))
+                 for q in ex.questions]
     return SubmissionResult(student, submission_name(student, ex.id, path), str(path), ex.id,
                             0, ex.max_score, questions, error=message)
 
@@ -179,7 +191,7 @@ def grade_notebook(
     isolation: dict[str, Any] = {}
     output = ""
     used = 0.0
-    for _ in range(len(pending) + 1):
+    for _attempt in range(len(pending) + 1):
         remaining = limits.timeout - used
         if not pending or remaining <= 0.5:
             break
@@ -197,7 +209,8 @@ def grade_notebook(
         if not isolation:
             isolation = attempt.isolation
             output = attempt.output
-            notebook_errors = [f"code cell {i + 1}: {e}" for i, e in attempt.cell_errors]
+            notebook_errors = [_("code cell {cell}: {error}").format(cell=i + 1, error=e)
+                               for i, e in attempt.cell_errors]
         answers.update(attempt.answers)
         if attempt.end == "done":
             for qid in pending:
@@ -214,15 +227,16 @@ def grade_notebook(
             if status == "timeout":
                 limit = limits.time_limit(prepared[current].question.time_limit)
                 why = (
-                    f"did not finish within its {limit:g} s limit"
+                    _("did not finish within its {limit} s limit").format(limit=f"{limit:g}")
                     if limit <= remaining
-                    else f"did not finish before the submission's {limits.timeout:g} s ran out"
+                    else _("did not finish before the submission's {limit} s ran out").format(
+                        limit=f"{limits.timeout:g}")
                 )
             answers[current] = ("fail", status, f"`{prepared[current].question.symbol}` {why}")
         pending = [qid for qid in pending if qid not in answers]
     for qid in pending:
         answers.setdefault(
-            qid, ("fail", "timeout", "not graded: the submission's time budget was used up")
+            qid, ("fail", "timeout", _("not graded: the submission's time budget was used up"))
         )
     questions = builds_on_failed(ex.questions,
                                  [_judge(prepared[q.id], answers[q.id]) for q in ex.questions])

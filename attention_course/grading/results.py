@@ -14,6 +14,7 @@ from typing import Any
 from attention_course.grading._driver import RAISED
 from attention_course.grading.compare import NotPlainData, compare, validate_plain
 from attention_course.grading.spec import Case, Mistake, Question
+from attention_course.i18n import _
 
 STATUSES = (
     "passed",  # every case matches the reference
@@ -65,12 +66,13 @@ class QuestionResult:
         wrapped onto indented lines of at most ``WIDTH`` characters."""
         mark = ("PASS" if self.passed else "PART" if self.points else
                 "FAIL" if self.status == "failed" else "----")
-        lines = [f"[{mark}] {self.id} ({self.kind}) `{self.symbol}`: "
-                 f"{self.points}/{self.max_points} points"]
+        lines = [_("[{mark}] {id} ({kind}) `{symbol}`: {points}/{max_points} points").format(
+            mark=mark, id=self.id, kind=_(self.kind), symbol=self.symbol,
+            points=self.points, max_points=self.max_points)]
         if not self.passed:
             lines += wrap_indented(self.message)
             if show_hint and self.hint and self.status in ("failed", "error"):
-                lines += wrap_indented(f"hint: {self.hint}")
+                lines += wrap_indented(_("hint: {hint}").format(hint=self.hint))
         return "\n".join(lines)
 
 
@@ -115,16 +117,19 @@ def result(question: Question, status: str, message: str,
     """A question's outcome; full points when passed unless ``points`` says otherwise."""
     if points is None:
         points = question.points if status == "passed" else 0
+    hint = _(question.hint) if question.hint else ""
+    if question.section:
+        hint += _(" (Reread the chapter's section \"{section}\".)").format(
+            section=_(question.section))
     return QuestionResult(
         id=question.id,
         symbol=question.symbol,
-        title=question.title,
+        title=_(question.title) if question.title else "",
         points=points,
         max_points=question.points,
         status=status,
         message=message,
-        hint=question.hint + (f" (Reread the chapter's section \"{question.section}\".)"
-                              if question.section else ""),
+        hint=hint,
         kind=question.kind,
     )
 
@@ -133,18 +138,27 @@ def explain_error(question: Question, status: str, message: str) -> QuestionResu
     """A question whose code raised (``status`` from the child: how it failed)."""
     name = question.symbol
     if status == "not_implemented":
-        return result(question, status, f"not implemented yet: `{name}` still raises "
-                      "NotImplementedError")
+        return result(question, status, _("not implemented yet: `{name}` still raises "
+                                          "NotImplementedError").format(name=name))
     if status == "missing":
-        return result(question, status, f"`{name}` is not defined in the notebook (did the "
-                      "cell that defines it run without an error?)")
-    return result(question, "error", f"`{name}` raised {message}")
+        return result(question, status, _("`{name}` is not defined in the notebook (did the "
+                                          "cell that defines it run without an error?)"
+                                          ).format(name=name))
+    return result(question, "error", raised(name, message))
+
+
+def raised(name: str, error: str) -> str:
+    """"`name` raised ValueError: ..." in the current language."""
+    return _("`{name}` raised {error}").format(name=name, error=error)
 
 
 def _where(case: Case, number: int) -> str:
     if case.hidden:
-        return f"held-back case {number} (the check does not show its inputs)"
-    return f"case {number}" + (f" ({case.label})" if case.label else "")
+        return _("held-back case {number} (the check does not show its inputs)").format(
+            number=number)
+    if case.label:
+        return _("case {number} ({label})").format(number=number, label=_(case.label))
+    return _("case {number}").format(number=number)
 
 
 def _strings(value: Any) -> list[str]:
@@ -161,7 +175,7 @@ REVEALING = ("implement", "debug")  # kinds whose messages may show an expected 
 
 
 def _problem(question: Question, want: Any, got: Any, tolerance: tuple[float, float],
-             path: str = "output") -> str | None:
+             path: str | None = None) -> str | None:
     """What is wrong with ``got`` (``None`` when it matches), choices and gradients included.
 
     Messages show an expected value only where the value is not the point of the question
@@ -169,11 +183,12 @@ def _problem(question: Question, want: Any, got: Any, tolerance: tuple[float, fl
     measurement is never given away.
     """
     reveal = question.kind in REVEALING
+    path = _("output") if path is None else path
     if question.choices:
         stray = [s for s in _strings(got) if s not in question.choices]
         if stray:
-            return (f"{stray[0]!r} is not one of the choices: "
-                    + ", ".join(repr(c) for c in question.choices))
+            return _("{answer} is not one of the choices: {choices}").format(
+                answer=repr(stray[0]), choices=", ".join(repr(c) for c in question.choices))
     if question.grad and type(want) is dict and type(got) is dict and set(got) == set(want):
         problem = compare(want["output"], got["output"], *tolerance, path, reveal)
         if problem is not None:
@@ -183,9 +198,10 @@ def _problem(question: Question, want: Any, got: Any, tolerance: tuple[float, fl
             # a gradient's rounding grows with its size: tolerate it relative to that
             scale = float(w.detach().abs().max()) if w.numel() else 0.0
             problem = compare(w, g, rtol, max(atol, rtol * scale),
-                              f"gradient of input {i + 1}", reveal)
+                              _("gradient of input {number}").format(number=i + 1), reveal)
             if problem is not None:
-                return f"the output is right, but not its gradient: {problem}"
+                return _("the output is right, but not its gradient: {problem}").format(
+                    problem=problem)
         return None
     return compare(want, got, *tolerance, path, reveal)
 
@@ -222,6 +238,22 @@ def _recognised(question: Question, mistake: Mistake, wrong: Mapping[str, list[A
         compare(theirs, mine, *tolerance) is None)
 
 
+def _shapes_differ(want: Any, got: Any) -> bool:
+    """Whether ``got`` is not even shaped like ``want`` (a tensor of another shape, a
+    container of another length or keys): no ``diagnose`` hook applies then."""
+    import torch
+
+    if isinstance(want, torch.Tensor):
+        return not isinstance(got, torch.Tensor) or got.shape != want.shape
+    if isinstance(want, (list, tuple)):
+        return (not isinstance(got, (list, tuple)) or len(got) != len(want)
+                or any(_shapes_differ(w, g) for w, g in zip(want, got, strict=True)))
+    if isinstance(want, dict):
+        return (not isinstance(got, dict) or set(got) != set(want)
+                or any(_shapes_differ(want[k], got[k]) for k in want))
+    return False
+
+
 def _raised(value: Any) -> str | None:
     """The error of a case whose call raised (see ``_driver.call_all``), else ``None``."""
     if type(value) is dict and set(value) == {RAISED} and type(value[RAISED]) is str:
@@ -231,7 +263,7 @@ def _raised(value: Any) -> str | None:
 
 def _judge_cases(question: Question, cases: list[Case], expected: list[Any], got: list[Any],
                  wrong: Mapping[str, list[Any]] | None, tolerance: tuple[float, float],
-                 key: str | None = None, path: str = "output") -> tuple[str, str] | None:
+                 key: str | None = None, path: str | None = None) -> tuple[str, str] | None:
     """``None`` when every case matches, else where and what went wrong.
 
     The earliest failing case is described: by the known mistake that explains every
@@ -246,7 +278,7 @@ def _judge_cases(question: Question, cases: list[Case], expected: list[Any], got
             mine = mine[key] if type(mine) is dict and key in mine else mine
         error = _raised(mine)
         if error is not None:
-            failing.append((index, f"`{question.symbol}` raised {error}"))
+            failing.append((index, raised(question.symbol, error)))
             continue
         problem = _problem(question, want, mine, tolerance, path)
         if problem is None:
@@ -257,24 +289,27 @@ def _judge_cases(question: Question, cases: list[Case], expected: list[Any], got
     if not failing:
         return None
     first, problem = failing[0]
-    everywhere = [m for m in question.mistakes if all(m in matches.get(i, []) for i, _ in failing)]
+    everywhere = [m for m in question.mistakes
+                  if all(m in matches.get(i, []) for i, _text in failing)]
     chosen = everywhere or matches.get(first, [])
     if chosen:
-        return _where(cases[first], first + 1), chosen[0].message
-    if question.diagnose is not None and "shape" not in problem and "raised" not in problem:
-        want = expected[first] if key is None else expected[first][key]
-        mine = got[first] if key is None else got[first][key]
+        return _where(cases[first], first + 1), _(chosen[0].message)
+    want = expected[first] if key is None else expected[first][key]
+    mine = got[first]
+    if key is not None and type(mine) is dict and key in mine:
+        mine = mine[key]
+    if question.diagnose is not None and _raised(mine) is None and not _shapes_differ(want, mine):
         try:
             teaching = question.diagnose(cases[first], want, mine)
         except Exception:  # a diagnose hook must never break grading
             teaching = None
         if teaching:
-            problem = f"{teaching}; {problem}"
-    later = [(i, matches[i][0]) for i, _ in failing if matches.get(i)]
+            problem = _("{teaching}; {problem}").format(teaching=teaching, problem=problem)
+    later = [(i, matches[i][0]) for i, _problem_text in failing if matches.get(i)]
     if later:
         index, mistake = later[0]
-        problem += (f"; on {_where(cases[index], index + 1)}, what you return is a known "
-                    f"mistake: {mistake.message}")
+        problem += _("; on {where}, what you return is a known mistake: {mistake}").format(
+            where=_where(cases[index], index + 1), mistake=_(mistake.message))
     return _where(cases[first], first + 1), problem
 
 
@@ -293,17 +328,20 @@ def evaluate(
     try:
         outputs = validate_plain(outputs)
     except NotPlainData as error:
-        return result(question, "error", f"`{question.symbol}` returned {error}")
+        return result(question, "error", _("`{name}` returned {problem}").format(
+            name=question.symbol, problem=error))
     if type(outputs) not in (list, tuple) or len(outputs) != len(expected):
-        return result(question, "error", "the grader received a malformed answer")
+        return result(question, "error", _("the grader received a malformed answer"))
     if question.parts is not None:
         return _evaluate_parts(question, cases, expected, list(outputs), wrong)
     found = _judge_cases(question, cases, expected, list(outputs), wrong,
                          (question.rtol, question.atol))
     if found is None:
-        return result(question, "passed", f"all {len(expected)} cases match")
+        return result(question, "passed", _("all {count} cases match").format(
+            count=len(expected)))
     status = "error" if all(_raised(o) for o in outputs) else "failed"
-    return result(question, status, f"{found[0]}: {found[1]}")
+    return result(question, status, _("{where}: {problem}").format(
+        where=found[0], problem=found[1]))
 
 
 def _evaluate_parts(question: Question, cases: list[Case], expected: list[Any],
@@ -313,13 +351,15 @@ def _evaluate_parts(question: Question, cases: list[Case], expected: list[Any],
     for index, got in enumerate(outputs):
         error = _raised(got)
         if error is not None:
-            return result(question, "error", f"{_where(cases[index], index + 1)}: "
-                          f"`{question.symbol}` raised {error}", points=0)
+            return result(question, "error", _("{where}: {problem}").format(
+                where=_where(cases[index], index + 1),
+                problem=raised(question.symbol, error)), points=0)
         if type(got) is not dict or set(got) != set(parts):
             keys = ", ".join(repr(k) for k in parts)
             found = sorted(got) if type(got) is dict else type(got).__name__
-            return result(question, "failed", f"return a dict with the keys {keys} (got "
-                          f"{found})", points=0)
+            return result(question, "failed", _("return a dict with the keys {keys} (got "
+                                                "{found})").format(keys=keys, found=found),
+                          points=0)
     problems: dict[tuple[str, str], list[str]] = {}
     points = 0
     for key, worth in parts.items():
@@ -332,14 +372,18 @@ def _evaluate_parts(question: Question, cases: list[Case], expected: list[Any],
             where, text = found
             problems.setdefault((where, text.replace(f"{key!r}: ", "")), []).append(repr(key))
     if not problems:
-        return result(question, "passed", f"every part matches on all {len(expected)} cases")
-    text = "; ".join(f"{_and(keys)} in {where}: {message}"
-                     for (where, message), keys in problems.items())
+        return result(question, "passed", _("every part matches on all {count} cases").format(
+            count=len(expected)))
+    text = "; ".join(_("{parts} in {where}: {problem}").format(
+        parts=_and(keys), where=where, problem=message)
+        for (where, message), keys in problems.items())
     return result(question, "failed", text, points=points)
 
 
 def _and(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    if len(names) == 1:
+        return names[0]
+    return _("{names} and {last}").format(names=", ".join(names[:-1]), last=names[-1])
 
 
 def builds_on_failed(questions: Sequence[Question],
@@ -356,7 +400,7 @@ def builds_on_failed(questions: Sequence[Question],
             out.append(res)
             continue
         names = ", ".join(f"{i} (`{symbols[i]}`)" for i in broken)
-        note = (f"this question calls your answer to {names}, which did not pass: fix that "
-                f"first, it may be what fails here. ")
+        note = _("this question calls your answer to {names}, which did not pass: fix that "
+                 "first, it may be what fails here. ").format(names=names)
         out.append(replace(res, message=note + res.message))
     return out

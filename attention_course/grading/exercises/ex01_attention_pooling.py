@@ -21,6 +21,7 @@ from torch import nn
 from attention_course import kernel_regression as kr
 from attention_course.grading.compare import rows_sum_to_one
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.i18n import _
 
 NW_SECTION = "1.3 Nadaraya-Watson: let the query choose the weights"
 BANDWIDTH_SECTION = "1.4 The bandwidth trades bias for variance"
@@ -199,7 +200,7 @@ def fit_bandwidth(module: nn.Module, x, y, queries, steps: int = FIT_STEPS, lr: 
     optimiser of a process imports half of torch (seconds), more than a question may take.
     """
     bandwidths = [module.log_bandwidth.exp().detach()]
-    for _ in range(steps):
+    for _step in range(steps):
         loss = torch.mean((module(x, x, y, exclude_self=True) - y) ** 2)
         loss.backward()
         with torch.no_grad():
@@ -303,8 +304,9 @@ def starting_bandwidth(case: Case, expected, got) -> str | None:
         return None
     if case.params or math.isclose(want, mine, rel_tol=1e-4):
         return None  # where the grader sets log_bandwidth, the start is not the module's
-    return (f"before training your module's bandwidth is {mine:.4g}, where init_bandwidth "
-            f"is {want:.4g}: __init__ must store the logarithm of init_bandwidth")
+    return _("before training your module's bandwidth is {mine}, where init_bandwidth "
+             "is {want}: __init__ must store the logarithm of init_bandwidth").format(
+                 mine=f"{mine:.4g}", want=f"{want:.4g}")
 
 
 # --------------------------------------------------------------------------- question 4

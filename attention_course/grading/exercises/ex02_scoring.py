@@ -24,6 +24,7 @@ from torch import nn
 from attention_course import scoring
 from attention_course.grading.exercises._offsets import fits_with_offsets
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.i18n import N_, _
 
 # The chapter's headings, exactly as written in book/02_scoring.ipynb.
 DOT = "2.2 Dot product and scaled dot product"
@@ -60,44 +61,53 @@ def _same_structure(expected: Any, got: Any) -> tuple[torch.Tensor, torch.Tensor
     return e, g
 
 
-def _relation(expected: Any, got: Any, what: str = "scores") -> str | None:
+def _relation(expected: Any, got: Any, what: str = N_("scores")) -> str | None:
     """A wrong output that is the right one transposed, times a constant or plus a
     constant: say which, so that the learner knows where to look."""
     pair = _same_structure(expected, got)
     if pair is None:
         return None
     e, g = pair
+    what = _(what)
     if bool((g >= 0).all()) and e.dim() >= 2:
-        for axis, along in ((-1, "row"), (-2, "column")):
-            if bool(torch.allclose(g.sum(dim=axis), torch.ones(()).double(), atol=1e-4)):
-                return (f"every {along} of your output sums to 1: these look like softmax "
-                        f"weights, but the question asks for the {what} before any softmax")
+        if bool(torch.allclose(g.sum(dim=-1), torch.ones(()).double(), atol=1e-4)):
+            return _("every row of your output sums to 1: these look like softmax "
+                     "weights, but the question asks for the {what} before any "
+                     "softmax").format(what=what)
+        if bool(torch.allclose(g.sum(dim=-2), torch.ones(()).double(), atol=1e-4)):
+            return _("every column of your output sums to 1: these look like softmax "
+                     "weights, but the question asks for the {what} before any "
+                     "softmax").format(what=what)
 
     def close(a: torch.Tensor, b: torch.Tensor) -> bool:
         return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-6))
 
     if e.dim() >= 2 and e.shape[-1] == e.shape[-2] and close(g, e.transpose(-1, -2)):
-        return (f"your {what} are the right ones transposed: rows must run over the "
-                f"queries and columns over the keys")
+        return _("your {what} are the right ones transposed: rows must run over the "
+                 "queries and columns over the keys").format(what=what)
     denominator = float((e * e).sum())
     if denominator > 0:
         ratio = float((g * e).sum()) / denominator
         if abs(ratio - 1) > 1e-3 and abs(ratio) > 1e-9 and close(g, ratio * e):
             if ratio > 1:
-                size = f"{ratio:.4g} times too large"
-            elif ratio > 0:
-                size = f"{1 / ratio:.4g} times too small"
-            else:
-                size = f"{ratio:.4g} times the right ones (the sign is flipped)"
-            return (f"your {what} are all {size}: the formula is right up to a constant "
-                    f"factor, so look at the scale")
+                return _("your {what} are all {ratio} times too large: the formula is right "
+                         "up to a constant factor, so look at the scale").format(
+                             what=what, ratio=f"{ratio:.4g}")
+            if ratio > 0:
+                return _("your {what} are all {ratio} times too small: the formula is right "
+                         "up to a constant factor, so look at the scale").format(
+                             what=what, ratio=f"{1 / ratio:.4g}")
+            return _("your {what} are all {ratio} times the right ones (the sign is "
+                     "flipped): the formula is right up to a constant factor, so look at "
+                     "the scale").format(what=what, ratio=f"{ratio:.4g}")
     if bool((e < -1e-3).any()) and close(g, e.abs()):
-        return (f"your {what} are right in size, but every negative one came out positive: "
-                f"is something taking an absolute value or a square?")
+        return _("your {what} are right in size, but every negative one came out "
+                 "positive: is something taking an absolute value or a "
+                 "square?").format(what=what)
     offset = float((g - e).mean())
     if abs(offset) > 1e-6 and close(g, e + offset):
-        return (f"your {what} are all shifted by the same amount, {offset:.4g}: something "
-                f"adds a constant")
+        return _("your {what} are all shifted by the same amount, {offset}: something "
+                 "adds a constant").format(what=what, offset=f"{offset:.4g}")
     return None
 
 
@@ -252,14 +262,15 @@ def _cosine_diagnose(case: Case, expected: Any, got: Any) -> str | None:
         return None
     e, g = pair
     if float(g.abs().max()) > 1 + 1e-4:
-        return (f"a cosine lies between -1 and 1, but one of your scores is "
-                f"{float(g.abs().max()):.4g} in size: is a length missing from the division?")
+        return _("a cosine lies between -1 and 1, but one of your scores is {size} in "
+                 "size: is a length missing from the division?").format(
+                     size=f"{float(g.abs().max()):.4g}")
     q, k = case.args
     zero = (q.norm(dim=-1) == 0).unsqueeze(2) | (k.norm(dim=-1) == 0).unsqueeze(1)
     wrong = ~torch.isclose(g, e, rtol=1e-4, atol=1e-6)
     if bool(zero.any()) and bool(wrong.any()) and not bool((wrong & ~zero).any()):
-        return ("every score is right except those of the zero vector: it has no direction, "
-                "so its cosine with any vector is 0")
+        return _("every score is right except those of the zero vector: it has no "
+                 "direction, so its cosine with any vector is 0")
     return _relation(expected, got)
 
 
@@ -493,9 +504,9 @@ def _additive_diagnose(case: Case, expected: Any, got: Any) -> str | None:
     with torch.enable_grad():
         biased = _fits_with_biases(case, pair[1])
     if biased:
-        return ("your scores are the additive formula plus offsets: do your layers have "
-                "biases? W_q, W_k and w_v have none here (the grader sets only their weights, "
-                "so a bias keeps its random start)")
+        return _("your scores are the additive formula plus offsets: do your layers have "
+                 "biases? W_q, W_k and w_v have none here (the grader sets only their "
+                 "weights, so a bias keeps its random start)")
     return _relation(expected, got)
 
 

@@ -26,6 +26,7 @@ from attention_course import masking
 from attention_course.grading._driver import call_case, to_plain
 from attention_course.grading.compare import compare
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.i18n import N_, _
 
 MINUS_INF = float("-inf")
 RTOL, ATOL = 1e-4, 1e-6
@@ -51,7 +52,7 @@ def _known_by_forward(mistakes: Sequence[Mistake], case: Case, want: Any,
             continue
         if compare(theirs, want, RTOL, ATOL) is not None and compare(theirs, got, RTOL,
                                                                      ATOL) is None:
-            return mistake.message
+            return _(mistake.message)
     return None
 
 
@@ -63,9 +64,15 @@ def _ranges(row: torch.Tensor) -> str:
         if v and start is None:
             start = j
         elif not v and start is not None:
-            spans.append(f"{start}" if j - 1 == start else f"{start} to {j - 1}")
+            spans.append(f"{start}" if j - 1 == start else
+                         _("{start} to {end}").format(start=start, end=j - 1))
             start = None
-    return " and ".join(spans) if spans else "none"
+    if not spans:
+        return _("none")
+    words = spans[0]
+    for span in spans[1:]:
+        words = _("{positions} and {span}").format(positions=words, span=span)
+    return words
 
 
 def _empty_row_problem(w: torch.Tensor, e: torch.Tensor, what: str) -> str | None:
@@ -75,21 +82,22 @@ def _empty_row_problem(w: torch.Tensor, e: torch.Tensor, what: str) -> str | Non
         return None
     rows_w = w[empty]
     if bool(torch.isnan(rows_w).any()):
-        return (f"a {what} with no allowed key came out NaN: with every score of the row at "
-                f"minus infinity, the softmax computes minus infinity minus minus infinity. "
-                f"Such a row must be all zeros")
+        return _("a {what} with no allowed key came out NaN: with every score of the row "
+                 "at minus infinity, the softmax computes minus infinity minus minus "
+                 "infinity. Such a row must be all zeros").format(what=_(what))
     width = w.shape[-1]
     uniform = torch.full_like(rows_w, 1.0 / width)
     if torch.allclose(rows_w, uniform, atol=1e-4) and width > 1:
-        return (f"a {what} with no allowed key came out uniform, 1/{width} on every key: a "
-                f"large finite negative fill makes all of its scores equal. Such a row must "
-                f"be all zeros")
+        return _("a {what} with no allowed key came out uniform, 1/{width} on every key: "
+                 "a large finite negative fill makes all of its scores equal. Such a row "
+                 "must be all zeros").format(what=_(what), width=width)
     if not torch.allclose(rows_w, torch.zeros_like(rows_w), atol=1e-6):
-        return f"a {what} with no allowed key must be all zeros, but yours is not"
+        return _("a {what} with no allowed key must be all zeros, but yours is "
+                 "not").format(what=_(what))
     return None
 
 
-def _weights_problem(w: torch.Tensor, e: torch.Tensor, what: str = "row",
+def _weights_problem(w: torch.Tensor, e: torch.Tensor, what: str = N_("row"),
                      large: bool = False) -> str | None:
     """A teaching message about attention weights ``w`` where ``e`` is the answer
     (``large``: the case has scores large enough to overflow a careless softmax)."""
@@ -101,24 +109,25 @@ def _weights_problem(w: torch.Tensor, e: torch.Tensor, what: str = "row",
     seen = torch.isfinite(w).any(-2) & (w.nan_to_num().abs().sum(-2) > 0)
     if (w.shape[-2] > 1 and bool(seen.any()) and bool(((columns - 1).abs() < 1e-3)[seen].all())
             and not bool(((w.sum(-1) - 1).abs() < 1e-3)[full].all())):
-        return ("your weights sum to 1 down the columns (over the queries), not along each "
-                "row: each query spreads its attention over the keys, the last axis")
+        return _("your weights sum to 1 down the columns (over the queries), not along "
+                 "each row: each query spreads its attention over the keys, the last axis")
     if not bool(torch.isfinite(w[full]).all()):
         if large:
-            return ("with large scores your weights hold inf or NaN: did the exponentials "
-                    "overflow? The exponential of a score above about 88 is infinite in "
-                    "float32; subtract each row's largest allowed score first")
-        return f"a {what} that has allowed keys holds inf or NaN"
+            return _("with large scores your weights hold inf or NaN: did the exponentials "
+                     "overflow? The exponential of a score above about 88 is infinite in "
+                     "float32; subtract each row's largest allowed score first")
+        return _("a {what} that has allowed keys holds inf or NaN").format(what=_(what))
     leak = (e == 0) & (w.abs() > 1e-6) & full[..., None]
     if bool(leak.any()):
         where = tuple(int(i) for i in leak.nonzero()[0])
-        return (f"the weight at index {where} belongs to a masked key and must be exactly 0, "
-                f"got {w[where].item():.3g}: a masked key gets no weight at all")
+        return _("the weight at index {where} belongs to a masked key and must be exactly "
+                 "0, got {weight}: a masked key gets no weight at all").format(
+                     where=where, weight=f"{w[where].item():.3g}")
     lost = (w == 0) & (e.abs() > 1e-6)
     if bool(lost.any()):
         where = tuple(int(i) for i in lost.nonzero()[0])
-        return (f"the weight at index {where} is 0, but that key is allowed: your mask "
-                f"removes a key it should keep")
+        return _("the weight at index {where} is 0, but that key is allowed: your mask "
+                 "removes a key it should keep").format(where=where)
     problem = _empty_row_problem(w, e, what)
     if problem:
         return problem
@@ -126,8 +135,9 @@ def _weights_problem(w: torch.Tensor, e: torch.Tensor, what: str = "row",
     bad = full & ((sums - 1).abs() > 1e-3)
     if bool(bad.any()):
         where = tuple(int(i) for i in bad.nonzero()[0])
-        return (f"the {what} at index {where} sums to {sums[where].item():.3g}: the weights "
-                f"of the allowed keys of a row must sum to 1")
+        return _("the {what} at index {where} sums to {total}: the weights of the allowed "
+                 "keys of a row must sum to 1").format(what=_(what), where=where,
+                                                       total=f"{sums[where].item():.3g}")
     return None
 
 
@@ -135,17 +145,17 @@ def _gradient_problem(got: Any) -> str | None:
     """The forward output is right; say what is wrong with the gradients."""
     grads = got.get("gradients", []) if type(got) is dict else []
     if any(isinstance(g, torch.Tensor) and bool(torch.isnan(g).any()) for g in grads):
-        return ("your answer is right, but its gradient is NaN: a NaN computed in the "
-                "forward pass and replaced afterwards still flows through the backward "
-                "pass. Make sure no NaN is computed at all (see how the chapter treats the "
-                "row maximum and a zero denominator)")
-    return ("your output is right, but its gradient is not: is part of the computation "
-            "detached, or computed without gradients?")
+        return _("your answer is right, but its gradient is NaN: a NaN computed in the "
+                 "forward pass and replaced afterwards still flows through the backward "
+                 "pass. Make sure no NaN is computed at all (see how the chapter treats the "
+                 "row maximum and a zero denominator)")
+    return _("your output is right, but its gradient is not: is part of the computation "
+             "detached, or computed without gradients?")
 
 
 def explain_weights(mistakes: Sequence[Mistake],
                     pick: Callable[[Any], Any] = lambda out: out,
-                    what: str = "row",
+                    what: str = N_("row"),
                     large: Callable[[Case], bool] = lambda case: False,
                     ) -> Callable[[Case, Any, Any], str | None]:
     """A ``diagnose`` hook for answers holding attention weights (``pick`` finds them in
@@ -164,9 +174,9 @@ def explain_weights(mistakes: Sequence[Mistake],
         if not (isinstance(w, torch.Tensor) and isinstance(e, torch.Tensor)):
             return None
         if pick(want) is not want and compare(e, w, RTOL, ATOL) is None:
-            return ("your weights are right, but the output is not: it must be the weights "
-                    "(as you return them) times the values. Was it computed before the "
-                    "weights were fixed?")
+            return _("your weights are right, but the output is not: it must be the "
+                     "weights (as you return them) times the values. Was it computed before "
+                     "the weights were fixed?")
         return _weights_problem(w, e, what, large(case))
 
     return diagnose
@@ -176,8 +186,9 @@ def explain_mask(mistakes: Sequence[Mistake],
                  describe: Callable[[Case, int], tuple[str, str]]) -> Callable[..., str | None]:
     """A ``diagnose`` hook for boolean masks: a mask stored as numbers is judged on its
     True/False pattern too (right pattern, or a known mistake), else the first row that
-    differs is described in words. ``describe(case, row)`` gives that row's name and what
-    its True entries mean ("sequence 0 (valid length 3)", "positions")."""
+    differs is described in words. ``describe(case, row)`` gives that row's name, already
+    translated, and what its True entries mean, marked with ``N_`` and translated here
+    ("sequence 0 (valid length 3)", "positions")."""
 
     def diagnose(case: Case, expected: Any, got: Any) -> str | None:
         if not (isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor)):
@@ -187,18 +198,22 @@ def explain_mask(mistakes: Sequence[Mistake],
         numbers = got.dtype != torch.bool
         pattern = got != 0 if numbers else got
         if numbers and torch.equal(pattern, expected):
-            return ("your True/False pattern is right, but it is stored as numbers: the mask "
-                    "must be boolean (a number mask would be added to the scores)")
+            return _("your True/False pattern is right, but it is stored as numbers: the "
+                     "mask must be boolean (a number mask would be added to the scores)")
         known = _known_by_forward(mistakes, case, expected, pattern)
+        if known and numbers:
+            return _("{mistake} (and the mask must be boolean, not numbers)").format(
+                mistake=known)
         if known:
-            return known + (" (and the mask must be boolean, not numbers)" if numbers else "")
+            return known
         differs = (pattern != expected).any(-1).nonzero()
         if not len(differs):
             return None
         row = int(differs[0])
         name, unit = describe(case, row)
-        return (f"{name} should be True at {unit} {_ranges(expected[row])}; yours is True at "
-                f"{_ranges(pattern[row])}")
+        return _("{name} should be True at {unit} {expected}; yours is True at "
+                 "{mine}").format(name=name, unit=_(unit), expected=_ranges(expected[row]),
+                                  mine=_ranges(pattern[row]))
 
     return diagnose
 
@@ -403,8 +418,9 @@ def padding_cases() -> list[Case]:
 def _describe_padding(case: Case, row: int) -> tuple[str, str]:
     valid_lens, max_len = case.args
     side = case.kwargs.get("side", "right")
-    return (f"row {row} (valid length {int(valid_lens[row])}, max_len {max_len}, side "
-            f"'{side}')", "positions")
+    return (_("row {row} (valid length {length}, max_len {max_len}, side "
+              "'{side}')").format(row=row, length=int(valid_lens[row]), max_len=max_len,
+                                  side=side), N_("positions"))
 
 
 PADDING_MISTAKES = (
@@ -605,7 +621,8 @@ def cached_causal_cases() -> list[Case]:
 
 def _describe_cached(case: Case, row: int) -> tuple[str, str]:
     n, num_keys = case.args
-    return f"query {row} (of n = {n}, with num_keys = {num_keys})", "keys"
+    return (_("query {row} (of n = {n}, with num_keys = {num_keys})").format(
+        row=row, n=n, num_keys=num_keys), N_("keys"))
 
 
 CACHED_MISTAKES = (
@@ -767,7 +784,7 @@ EXERCISE = Exercise(
             diagnose=explain_weights(ATTENTION_MISTAKES,
                                      pick=lambda out: out[1] if isinstance(out, (tuple, list))
                                      and len(out) == 2 else None,
-                                     what="row of the weights"),
+                                     what=N_("row of the weights")),
             hint=("Two bugs: one shows on a query that may attend to no key; the other "
                   "gives no error and no NaN, only wrong weights on some inputs. Compare "
                   "every line with the formula of section 3.5."),

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.i18n import _
 from attention_course.masking import masked_softmax
 
 SECTION_CORPUS = "4.1 A parallel corpus made in code"
@@ -173,27 +174,29 @@ def _weights_problem(weights: Any, expected_weights: torch.Tensor,
     w = weights.detach().double()
     padded = torch.arange(w.shape[1]) >= lens[:, None]
     if bool((lens > 1).any()) and bool(((w - 1).abs() < 1e-6)[~padded].all()):
-        return ("every real weight is 1: your softmax ran over an axis of length one (the "
-                "single query), not over the source positions")
+        return _("every real weight is 1: your softmax ran over an axis of length one (the "
+                 "single query), not over the source positions")
     leak = padded & (w.abs() > 1e-6)
     if bool(leak.any()):
         b, j = (int(i) for i in leak.nonzero()[0])
-        return (f"sentence {b} gives weight {w[b, j].item():.3g} to source position {j}, "
-                f"which is padding (its valid length is {int(lens[b])}): padded positions "
-                f"must get exactly 0")
+        return _("sentence {b} gives weight {weight} to source position {j}, which is "
+                 "padding (its valid length is {length}): padded positions must get "
+                 "exactly 0").format(b=b, weight=f"{w[b, j].item():.3g}", j=j,
+                                     length=int(lens[b]))
     expected_w = expected_weights.detach().double()
     dropped = ~padded & (w.abs() <= 1e-12) & (expected_w > 1e-9)
     if bool(dropped.any()):
         b, j = (int(i) for i in dropped.nonzero()[0])
-        return (f"sentence {b} gives no weight to source position {j}, which is real (its "
-                f"valid length is {int(lens[b])}): only positions at or after the valid "
-                f"length are padding")
+        return _("sentence {b} gives no weight to source position {j}, which is real (its "
+                 "valid length is {length}): only positions at or after the valid length "
+                 "are padding").format(b=b, j=j, length=int(lens[b]))
     sums = w.sum(dim=1)
     bad = (sums - 1).abs() > 1e-3
     if bool(bad.any()):
         b = int(bad.nonzero()[0])
-        return (f"the weights of sentence {b} sum to {sums[b].item():.3g}; each sentence's "
-                f"weights are a softmax over its own source positions and sum to 1")
+        return _("the weights of sentence {b} sum to {total}; each sentence's weights are "
+                 "a softmax over its own source positions and sum to 1").format(
+                     b=b, total=f"{sums[b].item():.3g}")
     return None
 
 
@@ -606,11 +609,12 @@ def _leak(states, t, enc_outputs, src_embeddings, W_q, W_k, w_v, num_pads,
                     for x in (enc_outputs, src_embeddings))
     else:
         enc, emb = _pad_sentence(enc_outputs, num_pads), _pad_sentence(src_embeddings, num_pads)
-    alone, _ = step(states, t, enc_outputs, src_embeddings, torch.tensor([length]),
-                    W_q, W_k, w_v)
+    alone, _weights = step(states, t, enc_outputs, src_embeddings, torch.tensor([length]),
+                           W_q, W_k, w_v)
     real_len = length if masked_length == "real" else length + num_pads
-    masked, _ = step(states, t, enc, emb, torch.tensor([real_len]), W_q, W_k, w_v)
-    unmasked, _ = step(states, t, enc, emb, torch.tensor([length + num_pads]), W_q, W_k, w_v)
+    masked, _weights = step(states, t, enc, emb, torch.tensor([real_len]), W_q, W_k, w_v)
+    unmasked, _weights = step(states, t, enc, emb, torch.tensor([length + num_pads]),
+                              W_q, W_k, w_v)
     a, u, m = float(alone.norm()), float(unmasked.norm()), float(masked.norm())
     return {
         "masked_change": float((masked - alone).abs().max()),

@@ -20,6 +20,7 @@ from torch import nn
 
 from attention_course import multihead
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.i18n import N_, _
 
 EXERCISE_ID = "05_multihead_attention"
 
@@ -84,15 +85,16 @@ def merge_cases() -> list[Case]:
 
 
 def _same_numbers_elsewhere(what: str):
-    """A ``diagnose`` hook: the output holds exactly the input's numbers, in other places."""
+    """A ``diagnose`` hook: the output holds exactly the input's numbers, in other places.
+    ``what`` (marked with ``N_``, translated here) says where they belong."""
 
     def diagnose(case: Case, expected, got) -> str | None:
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
             return None
         if got.numel() and torch.equal(got.flatten().sort().values,
                                        expected.flatten().sort().values):
-            return (f"your output holds exactly the right numbers, but in the wrong places: "
-                    f"{what}")
+            return _("your output holds exactly the right numbers, but in the wrong "
+                     "places: {what}").format(what=_(what))
         return None
 
     return diagnose
@@ -251,13 +253,13 @@ def diagnose_mha(case: Case, expected, got) -> str | None:
                                                     expected["gradients"], strict=False)
                          if g.shape != e.shape or not close(g, e)]
                 if wrong:
-                    return (f"your output has the right values on this case (one sequence "
-                            f"passed three times), but its gradient with "
-                            f"respect to the {wrong[0]} argument is wrong: each of query, key "
-                            f"and value must be projected from its own argument")
-        return ("your attention weights are right but the output is not: look at the "
-                "values (projected from the value argument), the concatenation of the heads "
-                "and the output projection")
+                    return _("your output has the right values on this case (one sequence "
+                             "passed three times), but its gradient with respect to the "
+                             "{argument} argument is wrong: each of query, key and value must "
+                             "be projected from its own argument").format(argument=wrong[0])
+        return _("your attention weights are right but the output is not: look at the "
+                 "values (projected from the value argument), the concatenation of the heads "
+                 "and the output projection")
     mask = case.kwargs.get("attn_mask")
     if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
         allowed = mask.expand(w.shape)
@@ -265,29 +267,30 @@ def diagnose_mha(case: Case, expected, got) -> str | None:
         mixed = (allowed.any(dim=-1) & (~allowed).any(dim=-1))[..., None].expand(w.shape)
         if (bool(mixed.any()) and bool((safe[allowed & mixed].abs() < 1e-9).all())
                 and bool((safe[~allowed & mixed] > 1e-6).any())):
-            return ("your weights are zero on every allowed position and positive on the "
-                    "masked ones: the mask is used the wrong way round (in this course a "
-                    "boolean mask is True where attention is allowed)")
+            return _("your weights are zero on every allowed position and positive on the "
+                     "masked ones: the mask is used the wrong way round (in this course a "
+                     "boolean mask is True where attention is allowed)")
         if bool((safe[~allowed].abs() > 1e-6).any()):
-            return ("masked keys still get some weight: a masked score must become minus "
-                    "infinity before the softmax, so that its weight is exactly 0")
+            return _("masked keys still get some weight: a masked score must become minus "
+                     "infinity before the softmax, so that its weight is exactly 0")
     if not bool(torch.isfinite(w).all()):
         return None
     dropped = (w == 0) & (want > 1e-9)
     if bool(dropped.any()) and bool(((w - want).abs() > 1e-6)[~dropped].any()):
-        return ("some of your weights are exactly 0 where the softmax is not, and the "
-                "others are larger: is a dropout active? The grader calls your module as it "
-                "is built (in training mode), and this exercise's module has no dropout")
+        return _("some of your weights are exactly 0 where the softmax is not, and the "
+                 "others are larger: is a dropout active? The grader calls your module as it "
+                 "is built (in training mode), and this exercise's module has no dropout")
     sums = w.sum(dim=-1)
     if bool(((sums - 1).abs() > 1e-3).any()):
-        return ("a row of your weights does not sum to 1: each query's weights are a softmax "
-                "over the keys, the last axis")
+        return _("a row of your weights does not sum to 1: each query's weights are a "
+                 "softmax over the keys, the last axis")
     factor = _score_factor(w, want)
     if factor is not None:
         embed_dim, num_heads = case.init_args
-        return (f"your weights are a softmax of scores {factor:.3g} times the right ones: "
-                f"the scale is wrong. Each head divides its dot products by the square root "
-                f"of its own d_k, here {embed_dim // num_heads}")
+        return _("your weights are a softmax of scores {factor} times the right ones: the "
+                 "scale is wrong. Each head divides its dot products by the square root of "
+                 "its own d_k, here {d_k}").format(factor=f"{factor:.3g}",
+                                                   d_k=embed_dim // num_heads)
     return None
 
 
@@ -342,17 +345,17 @@ def diagnose_masks(case: Case, expected, got) -> str | None:
     key_padding_mask, attn_mask = case.args
     wrongly_allowed = (got & ~expected).nonzero()
     if len(wrongly_allowed):
-        b, _, i, j = (int(v) for v in wrongly_allowed[0])
+        b, _head, i, j = (int(v) for v in wrongly_allowed[0])
         if bool(key_padding_mask[b, j]):
-            return (f"your mask lets sequence {b} attend to key {j}, which is padding "
-                    f"(PyTorch's key padding mask is True there: ignore it)")
-        return (f"your mask lets query {i} attend to key {j}, which PyTorch's attention mask "
-                f"forbids (True there means not allowed)")
+            return _("your mask lets sequence {b} attend to key {j}, which is padding "
+                     "(PyTorch's key padding mask is True there: ignore it)").format(b=b, j=j)
+        return _("your mask lets query {i} attend to key {j}, which PyTorch's attention "
+                 "mask forbids (True there means not allowed)").format(i=i, j=j)
     wrongly_forbidden = (expected & ~got).nonzero()
     if len(wrongly_forbidden):
-        b, _, i, j = (int(v) for v in wrongly_forbidden[0])
-        return (f"your mask forbids query {i} of sequence {b} to attend to key {j}, a real "
-                f"key that PyTorch's attention mask allows")
+        b, _head, i, j = (int(v) for v in wrongly_forbidden[0])
+        return _("your mask forbids query {i} of sequence {b} to attend to key {j}, a real "
+                 "key that PyTorch's attention mask allows").format(i=i, b=b, j=j)
     return None
 
 
@@ -491,14 +494,14 @@ def diagnose_dependencies(case: Case, expected, got) -> str | None:
     missed = (expected & ~got).nonzero()
     if len(missed):
         i, j = (int(v) for v in missed[0])
-        return (f"entry ({i}, {j}) is False in your map, but output token {i} does change "
-                f"when input token {j} changes (is your threshold too large, or the change "
-                f"too small?)")
+        return _("entry ({i}, {j}) is False in your map, but output token {i} does change "
+                 "when input token {j} changes (is your threshold too large, or the change "
+                 "too small?)").format(i=i, j=j)
     extra = (got & ~expected).nonzero()
     if len(extra):
         i, j = (int(v) for v in extra[0])
-        return (f"entry ({i}, {j}) is True in your map, but output token {i} stays exactly "
-                f"the same when only input token {j} changes")
+        return _("entry ({i}, {j}) is True in your map, but output token {i} stays exactly "
+                 "the same when only input token {j} changes").format(i=i, j=j)
     return None
 
 
@@ -550,7 +553,7 @@ EXERCISE = Exercise(
                         "heads, each d_k = features / num_heads wide"),
             ),
             diagnose=_same_numbers_elsewhere(
-                "head i, token n must hold features i d_k to (i + 1) d_k - 1 of token n"),
+                N_("head i, token n must hold features i d_k to (i + 1) d_k - 1 of token n")),
             hint="Head i of token n is a contiguous slice of token n's features; only the "
                  "order of the axes changes, the numbers stay.",
             section="5.2 The shapes, step by step: 我想吃酸菜鱼",
@@ -581,7 +584,8 @@ EXERCISE = Exercise(
                         "the result is h times wider than one head"),
             ),
             diagnose=_same_numbers_elsewhere(
-                "token n must hold head 0's d_k features of token n, then head 1's, and so on"),
+                N_("token n must hold head 0's d_k features of token n, then head 1's, and so "
+                   "on")),
             hint="The inverse of the split: each token gets its heads' features back, "
                  "side by side, head 0 first.",
             section="5.2 The shapes, step by step: 我想吃酸菜鱼",

@@ -18,6 +18,7 @@ from torch import nn
 
 from attention_course import transformer
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.i18n import _
 from attention_course.masking import causal_mask
 from attention_course.multihead import MultiHeadAttention
 
@@ -113,16 +114,17 @@ def diagnose_pe(case: Case, expected, got) -> str | None:
         return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-5))
 
     if not close(g[0], e[0]):
-        return ("the row of position 0 must be 0, 1, 0, 1, ... (the sine and the cosine of "
-                "angle 0)")
+        return _("the row of position 0 must be 0, 1, 0, 1, ... (the sine and the cosine of "
+                 "angle 0)")
     sines, cosines = close(g[:, 0::2], e[:, 0::2]), close(g[:, 1::2], e[:, 1::2])
     if sines and not cosines:
-        return "your sine columns are right, but not the cosine columns"
+        return _("your sine columns are right, but not the cosine columns")
     if cosines and not sines:
-        return "your cosine columns are right, but not the sine columns"
+        return _("your cosine columns are right, but not the sine columns")
     if e.shape[1] > 2 and close(g[:, :2], e[:, :2]):
-        return ("your first pair of columns is right (it turns by one radian per position), "
-                "but the later pairs turn at the wrong speed: check the exponent and the base")
+        return _("your first pair of columns is right (it turns by one radian per "
+                 "position), but the later pairs turn at the wrong speed: check the exponent "
+                 "and the base")
     return None
 
 
@@ -169,21 +171,23 @@ def diagnose_shift(case: Case, expected, got) -> str | None:
     for j in range(0, d - 1, 2):
         blocks[j: j + 2, j: j + 2] = 1
     if (m * (1 - blocks)).abs().max() > 1e-4:
-        return ("your matrix mixes different pairs of columns: each pair (sine, cosine) "
-                "turns on its own, so only the 2 by 2 blocks on the diagonal are nonzero")
+        return _("your matrix mixes different pairs of columns: each pair (sine, cosine) "
+                 "turns on its own, so only the 2 by 2 blocks on the diagonal are nonzero")
     for s in range(-100, 101):
         if s != k and torch.allclose(m, shift_map(s, d).double(), rtol=1e-4, atol=1e-5):
             if case.hidden:
-                return "your matrix shifts the table by another number of positions than k"
-            return f"your matrix shifts the table by {s} positions, not by k = {k}"
+                return _("your matrix shifts the table by another number of positions "
+                         "than k")
+            return _("your matrix shifts the table by {shift} positions, not by "
+                     "k = {k}").format(shift=s, k=k)
     gram = m.T @ m
     if (gram - torch.eye(d, dtype=torch.float64)).abs().max() > 1e-3:
-        return ("your matrix changes lengths: a shift keeps every pair (sine, cosine) on "
-                "the unit circle, so each 2 by 2 block must be a rotation")
+        return _("your matrix changes lengths: a shift keeps every pair (sine, cosine) on "
+                 "the unit circle, so each 2 by 2 block must be a rotation")
     e = expected.double()
     if d > 2 and torch.allclose(m[:2, :2], e[:2, :2], rtol=1e-4, atol=1e-5):
-        return ("your first pair's block is right, but the later pairs turn by the wrong "
-                "angle: pair i turns by k times its own frequency")
+        return _("your first pair's block is right, but the later pairs turn by the wrong "
+                 "angle: pair i turns by k times its own frequency")
     return None
 
 

@@ -21,6 +21,7 @@ from attention_course import channel_spatial
 from attention_course.data.images import make_object_images
 from attention_course.grading.exercises._offsets import fits_with_offsets
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.i18n import _
 
 EXERCISE_ID = "07_channel_spatial_attention"
 S72 = "7.2 Squeeze, excitation, scale"
@@ -97,9 +98,10 @@ def _squeeze_diagnose(case: Case, expected, got) -> str | None:
     if bool(big.any()):
         ratio = (out.double()[big] / want.double()[big])
         if float(ratio.std(unbiased=False)) < 1e-4 * float(ratio.abs().mean()):
-            return (f"your values are {float(ratio.mean()):.4g} times the averages: divide "
-                    f"the sum over a channel's positions by their number, H times W")
-    return "your descriptor is not each channel's average over its H x W positions"
+            return _("your values are {factor} times the averages: divide the sum over a "
+                     "channel's positions by their number, H times W").format(
+                         factor=f"{float(ratio.mean()):.4g}")
+    return _("your descriptor is not each channel's average over its H x W positions")
 
 
 # --------------------------------------------------------------------------- Q2 SE block
@@ -204,7 +206,7 @@ def _se_diagnose(case: Case, expected, got) -> str | None:
     if not isinstance(weights, torch.Tensor) or not isinstance(out, torch.Tensor):
         return None
     if bool(((weights <= 0) | (weights >= 1)).any()):
-        return "some weights lie outside (0, 1): the excitation ends with a sigmoid"
+        return _("some weights lie outside (0, 1): the excitation ends with a sigmoid")
     (x,) = case.args
 
     def same(a, b):
@@ -214,19 +216,20 @@ def _se_diagnose(case: Case, expected, got) -> str | None:
     if same(weights, want_weights):
         if same(out, want_out):
             return None  # both values right: the gradient is what differs
-        return "your weights are right but not your output: it is the input times the weights"
+        return _("your weights are right but not your output: it is the input times the "
+                 "weights")
     if out.shape == x.shape and weights.dim() == 4 and not torch.allclose(
         out.double(), (x * weights).double(), rtol=1e-4, atol=1e-6
     ):
-        return "your output is not the input times the weights you return"
+        return _("your output is not the input times the weights you return")
     if weights.numel() == x.shape[0] * x.shape[1]:
         if _fits_with_biases(case, weights):
-            return ("your weights are SE's formula with an offset inside each layer: do your "
-                    "layers have biases? fc1 and fc2 have none here (the grader sets only "
-                    "their weights, so a bias keeps its random start)")
-    return ("your weights lie in (0, 1) and scale the input, but they are not SE's: check "
-            "the squeeze (an average per channel) and the excitation (first layer, ReLU, "
-            "second layer, sigmoid; the layers have no biases)")
+            return _("your weights are SE's formula with an offset inside each layer: do "
+                     "your layers have biases? fc1 and fc2 have none here (the grader sets "
+                     "only their weights, so a bias keeps its random start)")
+    return _("your weights lie in (0, 1) and scale the input, but they are not SE's: check "
+             "the squeeze (an average per channel) and the excitation (first layer, ReLU, "
+             "second layer, sigmoid; the layers have no biases)")
 
 
 def se_cases() -> list[Case]:
@@ -352,7 +355,7 @@ def spatial_attention_map(
     reach them too).
     """
     module = channel_spatial.SpatialAttention(weight.shape[-1])
-    _, weights = torch.func.functional_call(
+    _output, weights = torch.func.functional_call(
         module, {"conv.weight": weight, "conv.bias": bias}, (x,), {"return_weights": True})
     return weights
 
@@ -425,9 +428,9 @@ def _spatial_diagnose(case: Case, expected, got) -> str | None:
     if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.dim() != 4:
         return None
     if bool(((out <= 0) | (out >= 1)).any()):
-        return "some weights lie outside (0, 1): the map ends with a sigmoid"
-    return ("your map lies in (0, 1) but differs: check the two pooled maps (the average and "
-            "the maximum over the channels, in that order), the padding and the bias")
+        return _("some weights lie outside (0, 1): the map ends with a sigmoid")
+    return _("your map lies in (0, 1) but differs: check the two pooled maps (the average "
+             "and the maximum over the channels, in that order), the padding and the bias")
 
 
 def spatial_cases() -> list[Case]:
@@ -599,7 +602,7 @@ def _debug_mistakes() -> tuple[Mistake, ...]:
     it is computed from (the simplest explanation first)."""
     mistakes = [Mistake(f"channel_{c}", _cbam_variant(channel=c, keys=("channel_weights",)),
                         f"still a bug here: {text}")
-                for c, (_, text) in CHANNEL_BUGS.items()]
+                for c, (_short, text) in CHANNEL_BUGS.items()]
     for c, s in _broken_stages():
         if c is not None and s == "from_input":
             continue  # a map read from the input does not see the channel weights

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from attention_course import positions
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.i18n import _
 
 ALIBI = "8.5 ALiBi: a linear penalty on distance"
 ROPE = "8.4 RoPE: rotating pairs of features"
@@ -122,18 +123,19 @@ def diagnose_alibi(case: Case, expected, got) -> str | None:
     num_heads, n = case.args
     above = torch.ones(n, n, dtype=torch.bool).triu(1)
     if n > 1 and not bool(torch.all(g[:, above] == -math.inf)):
-        return "the keys after each query must get minus infinity, and some of yours do not"
+        return _("the keys after each query must get minus infinity, and some of yours do "
+                 "not")
     if not torch.allclose(g.diagonal(dim1=-2, dim2=-1), torch.zeros(num_heads, n,
                                                                     dtype=torch.float64)):
-        return "a query's own key is at distance 0 and must get bias 0"
+        return _("a query's own key is at distance 0 and must get bias 0")
     if n > 1:
         neighbours = g.diagonal(offset=-1, dim1=-2, dim2=-1)
         if not torch.allclose(neighbours, e.diagonal(offset=-1, dim1=-2, dim2=-1),
                               rtol=1e-5, atol=1e-6):
-            return ("the bias of the key just before each query is wrong in some head: it "
-                    "is minus that head's slope, so check the slopes")
-        return ("your bias is right for the key just before each query, but not further "
-                "back: it must fall linearly, the slope times the distance")
+            return _("the bias of the key just before each query is wrong in some head: it "
+                     "is minus that head's slope, so check the slopes")
+        return _("your bias is right for the key just before each query, but not further "
+                 "back: it must fall linearly, the slope times the distance")
     return None
 
 
@@ -230,10 +232,10 @@ def diagnose_rotation(case: Case, expected, got) -> str | None:
         return None
     g = got.detach().double()
     if not torch.allclose(g.norm(dim=-1), x.double().norm(dim=-1), rtol=1e-4, atol=1e-5):
-        return ("your function changes the length of the vectors, and a rotation keeps "
-                "it")
+        return _("your function changes the length of the vectors, and a rotation keeps "
+                 "it")
     if not torch.allclose(g[..., 0, :], x[..., 0, :].double(), rtol=1e-4, atol=1e-5):
-        return "the vectors at position 0 are changed, and position 0 is the identity"
+        return _("the vectors at position 0 are changed, and position 0 is the identity")
     return None
 
 
@@ -272,7 +274,7 @@ def rope_attention_cases() -> list[Case]:
     g = torch.Generator().manual_seed(803)
 
     def qkv(*shape: int) -> tuple[torch.Tensor, ...]:
-        return tuple(torch.randn(*shape, generator=g) for _ in range(3))
+        return tuple(torch.randn(*shape, generator=g) for _copy in range(3))
 
     return [
         Case(args=qkv(2, 2, 5, 4), label="B=2, 2 heads, N=5, d=4"),

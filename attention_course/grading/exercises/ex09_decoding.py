@@ -22,6 +22,7 @@ import torch
 
 from attention_course import masking
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.i18n import _
 
 # The chapter's headings, exactly as written in book/09_decoding.ipynb.
 CACHE = "9.2 The KV cache, step by step"
@@ -66,7 +67,7 @@ def _top_left(n: int, num_keys: int) -> Tensor:
 
 def _weights(g: torch.Generator, d_model: int, d_head: int) -> tuple[Tensor, Tensor, Tensor]:
     return tuple(torch.randn(d_model, d_head, generator=g) / math.sqrt(d_model)
-                 for _ in range(3))
+                 for _copy in range(3))
 
 
 def _sequence_parts(value: Any) -> tuple[Tensor, ...] | None:
@@ -90,7 +91,7 @@ def cached_attention_step(x_new: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor,
     keys = torch.cat([cache_k, x_new @ w_k], dim=1)
     values = torch.cat([cache_v, x_new @ w_v], dim=1)
     mask = masking.causal_mask(q.shape[1], keys.shape[1], align="bottom_right")
-    out, _ = masking.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+    out, _weights = masking.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
     return out, keys, values
 
 
@@ -204,11 +205,11 @@ def _step_diagnose(case: Case, expected: Any, got: Any) -> str | None:
     close = [bool(torch.allclose(w.double(), m.double(), rtol=1e-4, atol=1e-5))
              for w, m in zip(want, mine, strict=True)]
     if not close[0] and all(close[1:]):
-        return ("your keys and values are right, the output is not: look at the mask, the "
-                "scale and the softmax")
+        return _("your keys and values are right, the output is not: look at the mask, the "
+                 "scale and the softmax")
     if close[0] and not all(close[1:]):
-        return ("your output is right, but the keys and values you return are not the "
-                "cache after this step: the old entries, then the new tokens' own")
+        return _("your output is right, but the keys and values you return are not the "
+                 "cache after this step: the old entries, then the new tokens' own")
     return None
 
 
@@ -219,7 +220,7 @@ def chunked_attention(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor,
     ``chunk`` tokens at a time through a cache. -> (B, N, d_head), equal to full causal
     attention."""
     q, k, v = x @ w_q, x @ w_k, x @ w_v
-    out, _ = masking.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out, _weights = masking.scaled_dot_product_attention(q, k, v, is_causal=True)
     return out
 
 
@@ -227,7 +228,7 @@ def _chunked(order: str, mask: str) -> Callable[..., Tensor]:
     """The chunked loop with the new entries put first or last and a given mask."""
 
     def run(x, w_q, w_k, w_v, chunk):
-        b, n, _ = x.shape
+        b, n, _width = x.shape
         cache_k = x.new_zeros(b, 0, w_k.shape[1])
         cache_v = x.new_zeros(b, 0, w_v.shape[1])
         outputs = []
@@ -296,10 +297,15 @@ def _chunk_diagnose(case: Case, expected: Any, got: Any) -> str | None:
         return None
     first = positions[0]
     number, offset = first // chunk + 1, first % chunk + 1
-    where = (f"the outputs are right up to position {first - 1} and wrong from position "
-             f"{first} on" if first else "the output is wrong from the first position on")
-    return (f"{where} (token {offset} of chunk {number}, with a chunk size of {chunk}): ask "
-            f"which keys that token may see, and where they sit in the cache")
+    if first:
+        return _("the outputs are right up to position {last_right} and wrong from position "
+                 "{first} on (token {offset} of chunk {number}, with a chunk size of "
+                 "{chunk}): ask which keys that token may see, and where they sit in the "
+                 "cache").format(last_right=first - 1, first=first, offset=offset,
+                                 number=number, chunk=chunk)
+    return _("the output is wrong from the first position on (token {offset} of chunk "
+             "{number}, with a chunk size of {chunk}): ask which keys that token may see, and "
+             "where they sit in the cache").format(offset=offset, number=number, chunk=chunk)
 
 
 # --------------------------------------------------------------------------- question 3
@@ -522,16 +528,16 @@ def _beam_diagnose(case: Case, expected: Any, got: Any) -> str | None:
     want_first, want_second, want_log = expected
     if (first, second) == (want_first, want_second):
         if math.isclose(log_prob, math.exp(want_log), rel_tol=1e-4):
-            return ("your tokens are right, but you returned the output's probability; the "
-                    "question asks for its log-probability")
+            return _("your tokens are right, but you returned the output's probability; "
+                     "the question asks for its log-probability")
         return None
     if (first, second) == (want_second, want_first):
-        return "your two tokens are swapped: the first token comes first"
+        return _("your two tokens are swapped: the first token comes first")
     log_p1 = case.args[0]
     rank = int((log_p1 > log_p1[int(want_first)]).sum())
     if first == rank and second == want_second and rank != want_first:
-        return ("your first token is its rank among the most likely first tokens, not its "
-                "id in the vocabulary: map the position in the beam back to the token")
+        return _("your first token is its rank among the most likely first tokens, not "
+                 "its id in the vocabulary: map the position in the beam back to the token")
     return None
 
 
