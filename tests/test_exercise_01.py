@@ -233,13 +233,20 @@ MODULE_MISTAKES = {
 }
 
 
+def _up_to_the_module(cells: list[str]) -> list[str]:
+    """The cells that define the module and what it builds on (the checks, the training
+    and the later questions are not needed to judge it)."""
+    (index,) = [i for i, c in enumerate(cells) if "class LearnableBandwidthPooling" in c]
+    return [c for c in cells[:index + 1] if not c.lstrip().startswith("check(")]
+
+
 def _module_namespace(changes) -> dict:
     cells = notebook_cells(SOLUTION)
     for old, new in changes:
         joined = "\n\x00\n".join(cells)
         assert joined.count(old) == 1, old
         cells = joined.replace(old, new).split("\n\x00\n")
-    return _execute(cells)
+    return _execute(_up_to_the_module(cells))
 
 
 @pytest.mark.parametrize("name", MODULE_MISTAKES)
@@ -291,7 +298,7 @@ def test_each_bug_of_the_starter_is_caught(stage):
         assert source.count(old) == 1, old
         source = source.replace(old, new)
     cells[index] = source
-    (result,) = run_checks(EX, "q3_module", namespace=_execute(cells))
+    (result,) = run_checks(EX, "q3_module", namespace=_execute(_up_to_the_module(cells)))
     _lost(result, words)
 
 
