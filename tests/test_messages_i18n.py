@@ -154,3 +154,16 @@ def test_figures_label_their_axes_in_the_language_asked() -> None:
         assert fig.axes[0].get_xlabel() == "tokens"  # a label given is kept
         plt.close(fig)
     assert all(CJK.search(label) for label in labels), labels
+
+
+def test_chinese_feedback_wraps_by_display_width() -> None:
+    from attention_course.grading.results import WIDTH, _columns, wrap_indented
+
+    text = ("用例 1（3 个查询，5 个键，h = 0.8）：注意力权重中行 0 的和为 5；每一行都是在键上的 "
+            "softmax，和必须为 1。" * 3)
+    lines = wrap_indented(text)
+    assert len(lines) > 3
+    assert all(_columns(line) <= WIDTH for line in lines[:-1])
+    assert all(_columns(line) > WIDTH - 4 for line in lines[:-1])  # full, not ragged
+    assert not any(line.strip()[0] in "，。：；）" for line in lines)
+    assert "".join(line.strip() for line in lines).replace(" ", "") == text.replace(" ", "")

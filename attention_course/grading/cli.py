@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attention_course.grading import gradebook
-from attention_course.grading.results import SubmissionResult
+from attention_course.grading.results import SubmissionResult, _columns
 from attention_course.grading.sandbox import PACKAGE_ROOT, ForkServer, GraderError, Limits
 from attention_course.i18n import LANGUAGES, N_, _, using
 
@@ -204,7 +204,7 @@ def shard(items: list[Submission], spec: str | None) -> list[Submission]:
 def feedback_text(result: SubmissionResult) -> str:
     """The human-readable feedback for one submission."""
     def field(name: str, value: str) -> str:
-        return f"{name:<11} {value}"
+        return f"{pad(name, 11)} {value}"
 
     lines = [field(_("Student:"), result.student), field(_("Notebook:"), result.file)]
     if result.exercise:
@@ -224,10 +224,18 @@ def feedback_text(result: SubmissionResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pad(text: str, width: int, right: bool = False) -> str:
+    """``text`` padded with spaces to ``width`` display columns (a Chinese character
+    takes two)."""
+    fill = " " * max(0, width - _columns(text))
+    return fill + text if right else text + fill
+
+
 def table(results: list[SubmissionResult]) -> str:
     """A readable summary for the terminal."""
     width = max([len(r.submission) for r in results] + [10])
-    lines = [f"{_('submission'):<{width}}  {_('score'):>7}  {_('questions / problem')}"]
+    submission, score, detail = _("submission"), _("score"), _("questions / problem")
+    lines = [f"{pad(submission, width)}  {pad(score, 7, right=True)}  {detail}"]
     for r in results:
         detail = r.error or "  ".join(f"{q.id} {q.points}/{q.max_points}" for q in r.questions)
         lines.append(f"{r.submission:<{width}}  {r.score:>3}/{r.max_score:<3}  {detail}")

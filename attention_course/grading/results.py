@@ -6,7 +6,9 @@ they come from ``check(...)`` in the learner's kernel or from the grader's child
 
 from __future__ import annotations
 
+import re
 import textwrap
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -32,13 +34,47 @@ INDENT = "    "
 
 
 def wrap_indented(text: str, indent: str = INDENT, width: int = WIDTH) -> list[str]:
-    """``text`` as lines of at most ``width`` characters, each starting with ``indent``
-    (continuation lines of a paragraph get two more spaces)."""
+    """``text`` as lines of at most ``width`` columns, each starting with ``indent``
+    (continuation lines of a paragraph get two more spaces). Chinese characters take two
+    columns and a line may break between any two of them."""
     lines = []
     for paragraph in text.splitlines() or [""]:
-        lines += textwrap.wrap(paragraph, width, initial_indent=indent,
-                               subsequent_indent=indent + "  ",
-                               break_on_hyphens=False) or [indent.rstrip()]
+        if _WIDE.search(paragraph):
+            lines += _wrap_wide(paragraph, width, indent, indent + "  ")
+        else:
+            lines += textwrap.wrap(paragraph, width, initial_indent=indent,
+                                   subsequent_indent=indent + "  ",
+                                   break_on_hyphens=False) or [indent.rstrip()]
+    return lines
+
+
+_WIDE = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]")
+# a token is one wide character, a run of other characters, or a run of spaces
+_TOKEN = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]|[^\s\u2e80-\u9fff"
+                    r"\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]+|\s+")
+_NO_LINE_START = set("，。、：；？！）》」』”’")  # punctuation a line must not begin with
+
+
+def _columns(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _wrap_wide(paragraph: str, width: int, first: str, rest: str) -> list[str]:
+    """Greedy wrapping by display columns for text with wide (CJK) characters."""
+    lines, line, used, space = [], first, _columns(first), ""
+    for token in _TOKEN.findall(paragraph.strip()):
+        if token.isspace():
+            space = " "
+            continue
+        size = _columns(space + token)
+        if used + size > width and line.strip() and token not in _NO_LINE_START:
+            lines.append(line)
+            line, used, space = rest, _columns(rest), ""
+            size = _columns(token)
+        line += space + token
+        used += size
+        space = ""
+    lines.append(line if line.strip() else first.rstrip())
     return lines
 
 
