@@ -167,3 +167,12 @@ def test_chinese_feedback_wraps_by_display_width() -> None:
     assert all(_columns(line) > WIDTH - 4 for line in lines[:-1])  # full, not ragged
     assert not any(line.strip()[0] in "，。：；）" for line in lines)
     assert "".join(line.strip() for line in lines).replace(" ", "") == text.replace(" ", "")
+
+
+def test_hints_write_a_section_s_maths_as_plain_text_and_lines_keep_brackets() -> None:
+    from attention_course.grading.results import plain_maths, wrap_indented
+
+    assert plain_maths("3.4 $-\\infty$ and $\\sqrt{d}$, $N \\times N$") == "3.4 -∞ and √d, N × N"
+    for shift in range(40):  # an opening bracket at every place a line could end
+        lines = wrap_indented("字" * shift + "（请重读“3.4 节”）。" * 6)
+        assert not any(line.rstrip()[-1] in "（“" for line in lines), lines

@@ -233,12 +233,12 @@ def pad(text: str, width: int, right: bool = False) -> str:
 
 def table(results: list[SubmissionResult]) -> str:
     """A readable summary for the terminal."""
-    width = max([len(r.submission) for r in results] + [10])
+    width = max([_columns(r.submission) for r in results] + [10])
     submission, score, detail = _("submission"), _("score"), _("questions / problem")
     lines = [f"{pad(submission, width)}  {pad(score, 7, right=True)}  {detail}"]
     for r in results:
         detail = r.error or "  ".join(f"{q.id} {q.points}/{q.max_points}" for q in r.questions)
-        lines.append(f"{r.submission:<{width}}  {r.score:>3}/{r.max_score:<3}  {detail}")
+        lines.append(f"{pad(r.submission, width)}  {r.score:>3}/{r.max_score:<3}  {detail}")
     return "\n".join(lines)
 
 

@@ -64,6 +64,11 @@ def _shape(t: torch.Tensor) -> str:
     return str(tuple(t.shape))
 
 
+def _at(path: str) -> str:
+    """The start of a message about ``path`` ("output[0]: ")."""
+    return _("{path}: ").format(path=path)
+
+
 def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
     index = []
     for size in reversed(shape):
@@ -108,22 +113,22 @@ def _compare_tensors(
     reveal: bool = True,
 ) -> str | None:
     if got.shape != expected.shape:
-        message = f"{path}: " + _("expected shape {expected}, got {got}").format(
+        message = _at(path) + _("expected shape {expected}, got {got}").format(
             expected=_shape(expected), got=_shape(got))
         if sorted(got.shape) == sorted(expected.shape) and got.dim() > 1:
             message += _(" (the same sizes in another order: are two axes swapped?)")
         return message
     if expected.dtype == torch.bool and got.dtype != torch.bool:
-        return f"{path}: " + _("expected a boolean tensor (True or False in each entry), got "
+        return _at(path) + _("expected a boolean tensor (True or False in each entry), got "
                                "dtype {dtype}").format(dtype=got.dtype)
     integer = not (expected.is_floating_point() or expected.is_complex() or
                    expected.dtype == torch.bool)
     if integer and (got.is_floating_point() or got.is_complex() or got.dtype == torch.bool):
-        return f"{path}: " + _("expected an integer tensor, got dtype {dtype}").format(
+        return _at(path) + _("expected an integer tensor, got dtype {dtype}").format(
             dtype=got.dtype)
     if expected.is_floating_point() and not (got.is_floating_point() or got.dtype == torch.bool):
         if got.is_complex() or not torch.equal(got.double(), expected.double()):
-            return f"{path}: " + _("expected a floating-point tensor, got dtype {dtype}"
+            return _at(path) + _("expected a floating-point tensor, got dtype {dtype}"
                                    ).format(dtype=got.dtype)
     if got.numel() == 0:
         return None
@@ -131,7 +136,7 @@ def _compare_tensors(
     bad_g = ~torch.isfinite(g) & torch.isfinite(e)
     if bad_g.any():
         where = _index(int(bad_g.flatten().nonzero()[0]), g.shape)
-        return f"{path}: " + _(
+        return _at(path) + _(
             "got {value} at index {index}, where the answer is {answer} (look for a "
             "division by zero or an overflow)").format(
                 value=g[where].item(), index=where, answer=f"{e[where].item():.6g}")
@@ -143,9 +148,9 @@ def _compare_tensors(
     count = _("({count} of {total} entries differ)").format(count=int((~close).sum()),
                                                               total=g.numel())
     if not reveal:
-        return f"{path}: " + _("values differ; at index {index} you {how} {count}").format(
+        return _at(path) + _("values differ; at index {index} you {how} {count}").format(
             index=where, how=_off_by(e[where].item(), g[where].item()), count=count)
-    return f"{path}: " + _(
+    return _at(path) + _(
         "values differ; at index {index} expected {expected}, got {got} {count}").format(
             index=where, expected=f"{e[where].item():.6g}", got=f"{g[where].item():.6g}",
             count=count)
@@ -169,7 +174,7 @@ def compare(
             if expected.dim() != 0:
                 got = got.reshape(expected.shape)
         if not isinstance(got, torch.Tensor):
-            return f"{path}: " + _("expected a tensor of shape {shape}, got {got}").format(
+            return _at(path) + _("expected a tensor of shape {shape}, got {got}").format(
                 shape=_shape(expected), got=_describe(got))
         return _compare_tensors(expected, got, rtol, atol, path, reveal)
     if isinstance(expected, bool) or isinstance(expected, str) or expected is None:
@@ -180,14 +185,14 @@ def compare(
         shown = repr(got)[:200] if isinstance(got, (str, bool, int, float, type(None))) else (
             _describe(got))
         if not reveal:
-            return f"{path}: " + _("{answer} is not the right answer").format(answer=shown)
-        return (f"{path}: " + _("expected {expected}, got {got}").format(
+            return _at(path) + _("{answer} is not the right answer").format(answer=shown)
+        return (_at(path) + _("expected {expected}, got {got}").format(
             expected=repr(expected), got=shown))[:300]
     if isinstance(expected, numbers.Number):
         if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_complex():
             got = got.item()
         if not isinstance(got, numbers.Number) or isinstance(got, (bool, complex)):
-            return f"{path}: " + _("expected a number, got {got}").format(got=_describe(got))
+            return _at(path) + _("expected a number, got {got}").format(got=_describe(got))
         if isinstance(expected, int) and not isinstance(expected, bool):
             ok = got == expected
         else:
@@ -195,13 +200,13 @@ def compare(
         if ok:
             return None
         if not reveal:
-            return f"{path}: {_off_by(expected, got)}"
-        return f"{path}: " + _("expected {expected}, got {got}").format(
+            return _at(path) + _off_by(expected, got)
+        return _at(path) + _("expected {expected}, got {got}").format(
             expected=_number(expected), got=_number(got))
     if isinstance(expected, (list, tuple)):
         if not isinstance(got, (list, tuple)) or len(got) != len(expected):
-            return f"{path}: " + _("expected {expected}, got {got}").format(
-                expected=_describe(expected), got=_describe(got))
+            return _at(path) + _("expected {wanted}, got {found}").format(
+                wanted=_describe(expected), found=_describe(got))
         for i, (e, g) in enumerate(zip(expected, got, strict=True)):
             message = compare(e, g, rtol, atol, f"{path}[{i}]", reveal)
             if message:
@@ -209,7 +214,7 @@ def compare(
         return None
     if isinstance(expected, dict):
         if not isinstance(got, dict) or set(got) != set(expected):
-            return f"{path}: " + _("expected a dict with keys {keys}, got {got}").format(
+            return _at(path) + _("expected a dict with keys {keys}, got {got}").format(
                 keys=sorted(expected), got=_describe(got))
         for key in expected:
             message = compare(expected[key], got[key], rtol, atol, f"{path}[{key!r}]",

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from attention_course.grading._driver import RAISED
-from attention_course.grading.compare import NotPlainData, compare, validate_plain
+from attention_course.grading.compare import NotPlainData, _at, compare, validate_plain
 from attention_course.grading.spec import Case, Mistake, Question
 from attention_course.i18n import _
 
@@ -55,6 +55,20 @@ _TOKEN = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]|[^\
 _NO_LINE_START = set("，。、：；？！）》」』”’")  # punctuation a line must not begin with
 
 
+_NO_LINE_END = set("（《「『“‘")  # punctuation a line must not end with
+
+
+def _glue_openings(tokens: list[str]) -> list[str]:
+    """The tokens, each opening bracket or quote joined to the token after it."""
+    glued: list[str] = []
+    for token in tokens:
+        if glued and glued[-1] and glued[-1][-1] in _NO_LINE_END and not token.isspace():
+            glued[-1] += token
+        else:
+            glued.append(token)
+    return glued
+
+
 def _columns(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
@@ -62,12 +76,12 @@ def _columns(text: str) -> int:
 def _wrap_wide(paragraph: str, width: int, first: str, rest: str) -> list[str]:
     """Greedy wrapping by display columns for text with wide (CJK) characters."""
     lines, line, used, space = [], first, _columns(first), ""
-    for token in _TOKEN.findall(paragraph.strip()):
+    for token in _glue_openings(_TOKEN.findall(paragraph.strip())):
         if token.isspace():
             space = " "
             continue
         size = _columns(space + token)
-        if used + size > width and line.strip() and token not in _NO_LINE_START:
+        if used + size > width and line.strip() and token[0] not in _NO_LINE_START:
             lines.append(line)
             line, used, space = rest, _columns(rest), ""
             size = _columns(token)
@@ -156,7 +170,7 @@ def result(question: Question, status: str, message: str,
     hint = _(question.hint) if question.hint else ""
     if question.section:
         hint += _(" (Reread the chapter's section \"{section}\".)").format(
-            section=_(question.section))
+            section=plain_maths(_(question.section)))
     return QuestionResult(
         id=question.id,
         symbol=question.symbol,
@@ -168,6 +182,22 @@ def result(question: Question, status: str, message: str,
         hint=hint,
         kind=question.kind,
     )
+
+
+_SYMBOLS = {r"\infty": "∞", r"\times": "×", r"\cdot": "·", r"\ldots": "…", r"\le": "≤",
+            r"\ge": "≥", r"\to": "→"}
+
+
+def plain_maths(text: str) -> str:
+    r"""``text`` with its inline maths written as plain text, for a terminal:
+    ``$-\infty$`` -> ``-∞``, ``$\sqrt{d}$`` -> ``√d``, ``$N \times N$`` -> ``N × N``."""
+    def plain(match: re.Match) -> str:
+        maths = re.sub(r"\\sqrt\{([^{}]*)\}", r"√\1", match.group(1))
+        for command, symbol in _SYMBOLS.items():
+            maths = re.sub(re.escape(command) + r"(?![A-Za-z])", symbol, maths)
+        return maths.replace("\\", "").replace("{", "").replace("}", "")
+
+    return re.sub(r"\$([^$]+)\$", plain, text)
 
 
 def explain_error(question: Question, status: str, message: str) -> QuestionResult:
@@ -224,7 +254,7 @@ def _problem(question: Question, want: Any, got: Any, tolerance: tuple[float, fl
         stray = [s for s in _strings(got) if s not in question.choices]
         if stray:
             return _("{answer} is not one of the choices: {choices}").format(
-                answer=repr(stray[0]), choices=", ".join(repr(c) for c in question.choices))
+                answer=repr(stray[0]), choices=_(", ").join(repr(c) for c in question.choices))
     if question.grad and type(want) is dict and type(got) is dict and set(got) == set(want):
         problem = compare(want["output"], got["output"], *tolerance, path, reveal)
         if problem is not None:
@@ -406,11 +436,11 @@ def _evaluate_parts(question: Question, cases: list[Case], expected: list[Any],
             points += worth
         else:  # parts that fail the same way on the same case are reported once
             where, text = found
-            problems.setdefault((where, text.replace(f"{key!r}: ", "")), []).append(repr(key))
+            problems.setdefault((where, text.replace(_at(repr(key)), "")), []).append(repr(key))
     if not problems:
         return result(question, "passed", _("every part matches on all {count} cases").format(
             count=len(expected)))
-    text = "; ".join(_("{parts} in {where}: {problem}").format(
+    text = _("; ").join(_("{parts} in {where}: {problem}").format(
         parts=_and(keys), where=where, problem=message)
         for (where, message), keys in problems.items())
     return result(question, "failed", text, points=points)
@@ -419,7 +449,7 @@ def _evaluate_parts(question: Question, cases: list[Case], expected: list[Any],
 def _and(names: list[str]) -> str:
     if len(names) == 1:
         return names[0]
-    return _("{names} and {last}").format(names=", ".join(names[:-1]), last=names[-1])
+    return _("{names} and {last}").format(names=_(", ").join(names[:-1]), last=names[-1])
 
 
 def builds_on_failed(questions: Sequence[Question],
