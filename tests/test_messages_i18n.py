@@ -129,6 +129,8 @@ def test_the_grader_writes_chinese_feedback_with_lang(tmp_path) -> None:
     zh = i18n.translations("zh_CN").gettext
     assert feedback.startswith(zh("Student:")) and CJK.search(feedback)
     assert "NotImplementedError" in feedback and "not implemented yet" not in feedback
+    # what the sandboxed notebook itself prints comes in the grader's language too
+    assert zh("(check skipped: this notebook is being graded)") in feedback
     assert all(CJK.search(q["message"]) for q in record["questions"])
     assert i18n.language() == "en"  # --lang changed nothing beyond its own run
 

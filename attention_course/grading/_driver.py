@@ -42,6 +42,8 @@ import sys
 import traceback
 import types
 
+from attention_course.i18n import _
+
 HEADER = struct.Struct("!I")
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
@@ -89,12 +91,14 @@ def _load_param(obj, name: str, value) -> None:
             target = obj.get_buffer(name)
         except AttributeError:
             raise AttributeError(
-                f"{type(obj).__name__} has no parameter or buffer named {name!r}"
+                _("{cls} has no parameter or buffer named {name}").format(
+                    cls=type(obj).__name__, name=repr(name))
             ) from None
     if tuple(target.shape) != tuple(value.shape):
         raise ValueError(
-            f"parameter {name!r} of {type(obj).__name__} has shape {tuple(target.shape)}, "
-            f"but the exercise asks for shape {tuple(value.shape)}"
+            _("parameter {name} of {cls} has shape {shape}, but the exercise asks for shape "
+              "{wanted}").format(name=repr(name), cls=type(obj).__name__,
+                                 shape=tuple(target.shape), wanted=tuple(value.shape))
         )
     with torch.no_grad():
         target.copy_(value)
@@ -123,10 +127,10 @@ def _with_gradients(output, inputs: list) -> dict:
 
     first = output[0] if isinstance(output, (tuple, list)) and output else output
     if not isinstance(first, torch.Tensor) or not first.requires_grad:
-        raise NoGradient(
+        raise NoGradient(_(
             "the output does not carry gradients back to the inputs: was a tensor turned "
             "into a Python number (.item(), float(...)), detached, computed under no_grad, "
-            "or rebuilt from numbers?")
+            "or rebuilt from numbers?"))
     projection = torch.randn(first.shape, generator=torch.Generator().manual_seed(0),
                              dtype=torch.float64).to(first.device, first.dtype)
     grads = torch.autograd.grad((first * projection).sum(), inputs, allow_unused=True)
@@ -163,7 +167,7 @@ def to_plain(value, depth: int = 0):
     import torch
 
     if depth > 8:
-        raise TypeError("the output is nested more than 8 levels deep")
+        raise TypeError(_("the output is nested more than 8 levels deep"))
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu").as_subclass(torch.Tensor).contiguous().clone()
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -179,8 +183,8 @@ def to_plain(value, depth: int = 0):
     if type(value).__module__ == "numpy" and hasattr(value, "shape"):
         return torch.from_numpy(value.copy())
     raise TypeError(
-        f"returned a {type(value).__name__}; return tensors or numbers "
-        f"(or tuples/lists/dicts of them)"
+        _("returned a {type}; return tensors or numbers (or tuples/lists/dicts of them)"
+          ).format(type=type(value).__name__)
     )
 
 
@@ -244,7 +248,7 @@ def _enter_user_namespace() -> bool:
     probe = os.fork()
     if probe == 0:
         os._exit(0 if _map_self(uid, gid) else 1)
-    _, status = os.waitpid(probe, 0)
+    _pid, status = os.waitpid(probe, 0)
     return status == 0 and _map_self(uid, gid)
 
 
@@ -264,7 +268,7 @@ def _guard(pid: int) -> None:
     signal.signal(signal.SIGTERM, stop)
     while True:
         try:
-            _, status = os.waitpid(pid, 0)
+            _pid, status = os.waitpid(pid, 0)
             break
         except ChildProcessError:
             os._exit(1)
@@ -530,7 +534,7 @@ def _block_sockets() -> None:
 
     class NoNetwork(socket.socket):
         def __init__(self, *args, **kwargs):
-            raise PermissionError("the network is disabled while grading")
+            raise PermissionError(_("the network is disabled while grading"))
 
     socket.socket = NoNetwork  # type: ignore[misc]
 
@@ -544,7 +548,7 @@ def _stub_grading_package(forbidden: list[str]) -> None:
     stub.__path__ = []  # a package with no submodules
 
     def check(*args, **kwargs):
-        print("(check skipped: this notebook is being graded)")
+        print(_("(check skipped: this notebook is being graded)"))
 
     stub.check = check
     sys.modules["attention_course.grading"] = stub
@@ -554,8 +558,8 @@ def _stub_grading_package(forbidden: list[str]) -> None:
         def find_spec(name, path=None, target=None):
             if name in forbidden or any(name.startswith(f + ".") for f in forbidden):
                 raise ImportError(
-                    f"{name} is not available while this exercise is graded: "
-                    f"write the code yourself"
+                    _("{module} is not available while this exercise is graded: write the "
+                      "code yourself").format(module=name)
                 )
             return None
 
@@ -746,10 +750,10 @@ def serve(control_fd: int) -> None:
     _send(sock, {"op": "ready", "pid": os.getpid(), "package_dir": package_dir})
     children: dict[int, int] = {}
     while True:
-        readable, _, _ = select.select([sock], [], [], 0.05)
+        readable, _w, _x = select.select([sock], [], [], 0.05)
         if readable:
             try:
-                data, fds, _, _ = socket.recv_fds(sock, 65536, 3)
+                data, fds, _flags, _addr = socket.recv_fds(sock, 65536, 3)
             except OSError:
                 data, fds = b"", []
             if not data:

@@ -39,6 +39,7 @@ from typing import Any
 
 from attention_course.grading._driver import HEADER
 from attention_course.grading.compare import NotPlainData, validate_plain
+from attention_course.i18n import ENV, language
 
 DRIVER = str(Path(__file__).with_name("_driver.py"))
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -550,6 +551,8 @@ def _run_child(cells: list[str], questions: list[dict], time_limits: dict[str, f
             TOKEN_VAR: token,
             "ATTENTION_COURSE_DEVICE": "cuda" if gpu else "cpu",
             "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "") if gpu else "",
+            # the submission's own messages (a forbidden import, ...) in the grader's language
+            ENV: language(),
         },
     }
     job = _job_bytes(config, {"cells": cells, "questions": questions})
