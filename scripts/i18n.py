@@ -182,13 +182,16 @@ def check() -> int:
 PACKAGE = ROOT / "attention_course"
 PACKAGE_CATALOGS = PACKAGE / "locales" / LANGUAGE / "LC_MESSAGES"
 CORE = "attention_course"  # the package's own messages; each exercise has its catalog
+FIGURES = "figures"  # the words of the figures the book draws with a script
+IMAGES = ROOT / "book" / "images"
 
 
 def package_messages() -> dict[str, dict[str, list[tuple[str, int]]]]:
     """Every message of the package, by catalog: ``{catalog: {msgid: [(file, line)]}}``.
 
     The messages are the literals in ``_()`` and ``N_()`` calls anywhere in the package
-    and, for each exercise, the words of its spec (titles, hints, sections, known
+    (and in the scripts that draw the book's figures, ``book/images/make_*.py``) and, for
+    each exercise, the words of its spec (titles, hints, sections, known
     mistakes, the labels of the cases the learner sees), which the grader translates
     where it shows them. A message is kept in the first catalog that has it (the
     package's own, then the exercises in order).
@@ -220,6 +223,12 @@ def package_messages() -> dict[str, dict[str, list[tuple[str, int]]]]:
         catalog = stem if stem in modules else CORE
         found.setdefault(catalog, {})
         add(catalog, message, (f"attention_course/{filename}", line))
+    # the words of the book's drawn figures (book/images/make_*.py)
+    found.setdefault(FIGURES, {})
+    for filename, line, message, _comments, _context in extract_from_dir(
+            str(IMAGES), method_map=[("make_*.py", "python")],
+            keywords={"_": None, "N_": None}):
+        add(FIGURES, message, (f"book/images/{filename}", line))
     for stem, exercise in modules.items():
         where = (f"attention_course/grading/exercises/{stem}.py", 0)
         found.setdefault(stem, {})

@@ -78,5 +78,11 @@ def test_the_chinese_edition_is_built_and_pages_link_to_their_twins(
         back = re.search(r'<p class="language-switch"><a href="([^"]+)"', chinese_html)
         assert back and (twin.parent / back.group(1)).resolve() == (built_book / page).resolve()
         assert 'lang="zh-CN"' in chinese_html or 'lang="zh_CN"' in chinese_html
+    # the introduction's drawn figures have Chinese twins (Sphinx's figure_language_filename)
+    intro_en = (built_book / "book" / "intro.html").read_text(encoding="utf-8")
+    intro_zh = (chinese / "book" / "intro.html").read_text(encoding="utf-8")
+    for figure in ("flashlight", "three_steps"):
+        assert f"{figure}.png" in intro_en and f"{figure}.zh_CN.png" not in intro_en
+        assert f"{figure}.zh_CN.png" in intro_zh
     intro = (chinese / "book" / "intro.html").read_text(encoding="utf-8")
     assert re.search(r"[\u4e00-\u9fff]{20}", intro), "the Chinese intro holds no Chinese prose"
