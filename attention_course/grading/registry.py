@@ -9,6 +9,7 @@ import re
 
 from attention_course.grading import exercises as _exercises_pkg
 from attention_course.grading.spec import Exercise
+from attention_course.i18n import _
 
 
 @functools.cache
@@ -49,5 +50,6 @@ def get_exercise(exercise_id: str) -> Exercise:
     exercises = all_exercises()
     if exercise_id not in exercises:
         known = ", ".join(sorted(exercises)) or "none"
-        raise KeyError(f"unknown exercise {exercise_id!r}; known exercises: {known}")
+        raise KeyError(_("unknown exercise {id}; known exercises: {known}").format(
+            id=repr(exercise_id), known=known))
     return exercises[exercise_id]

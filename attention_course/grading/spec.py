@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from attention_course.i18n import _
+
 Call = Literal["function", "module"]
 Kind = Literal["implement", "derive", "predict", "debug", "experiment"]
 KINDS = ("implement", "derive", "predict", "debug", "experiment")
@@ -195,7 +197,8 @@ class Exercise:
             if key in (q.id, q.symbol):
                 return q
         known = ", ".join(f"{q.id} ({q.symbol})" for q in self.questions)
-        raise KeyError(f"{self.id} has no question {key!r}; its questions are {known}")
+        raise KeyError(_("{exercise} has no question {key}; its questions are {known}").format(
+            exercise=self.id, key=repr(key), known=known))
 
     def share_beyond(self, kind: str = "implement") -> float:
         """The share of the points that asks for more than ``kind`` (0..1)."""
