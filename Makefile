@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch>=2.2
 STAMP      := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: book instructor-book test setup web-assets browser lint strip bench gpu-check clean help
+.PHONY: book instructor-book test setup web-assets browser lint strip bench gpu-check claims clean help
 
 help:
 	@echo "make book   - set up .venv and build the book into _build/html (Chinese: _build/html/zh_CN)"
@@ -19,6 +19,7 @@ help:
 	@echo "make lint   - ruff over the package, tests and notebooks"
 	@echo "make bench  - run the benchmarks (print ratios measured in one run, write JSON)"
 	@echo "make gpu-check - on a CUDA machine: gpu tests, grading and every chapter on the GPU"
+	@echo "make claims - execute the chapters and print every reading of the text (SEED_BASE=, THREADS=)"
 	@echo "make clean  - remove the built book (keeps the execution cache)"
 
 setup: $(STAMP) web-assets browser
@@ -40,6 +41,7 @@ browser:
 book: setup
 	$(BIN)/jupyter-book build . -W --keep-going
 	$(BIN)/python scripts/i18n.py build
+	@$(BIN)/python scripts/check_claims.py --built
 	@echo ""
 	@echo "The book is at: $(CURDIR)/_build/html/index.html"
 	@echo "中文版: $(CURDIR)/_build/html/zh_CN/index.html"
@@ -64,6 +66,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/efficient_bench.py
 	$(BIN)/python benchmarks/decoding_bench.py
 	$(BIN)/python benchmarks/grading_bench.py
+
+# Every reading the chapters' text makes, checked in a fresh run: e.g.
+# make claims SEED_BASE=100 THREADS=4 PAGES="4 9"
+claims: $(STAMP)
+	$(BIN)/python scripts/check_claims.py $(PAGES) \
+		$(if $(SEED_BASE),--seed-base $(SEED_BASE)) $(if $(THREADS),--threads $(THREADS))
 
 gpu-check: $(STAMP)
 	$(BIN)/python scripts/gpu_check.py

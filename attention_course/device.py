@@ -1,6 +1,13 @@
-"""Run-time device choice: CUDA, then Apple's MPS, then the CPU.
+"""Run-time choices: the device, the seeds and the number of threads.
 
-Set ``ATTENTION_COURSE_DEVICE`` (for example ``cpu`` or ``cuda:1``) to override.
+- Device: CUDA, then Apple's MPS, then the CPU. Set ``ATTENTION_COURSE_DEVICE``
+  (for example ``cpu`` or ``cuda:1``) to override.
+- Seeds: ``ATTENTION_COURSE_SEED_BASE`` (default 0) shifts every seed the
+  chapters use (:func:`seed_everything`, and the experiments' seed lists from
+  :func:`attention_course.claims.course_seeds`), to check that what a chapter
+  says does not depend on the seeds it was written with.
+- Threads: ``ATTENTION_COURSE_THREADS`` overrides the number of torch threads
+  a chapter asks for with :func:`set_threads`.
 """
 
 from __future__ import annotations
@@ -10,6 +17,8 @@ import os
 import torch
 
 ENV_VAR = "ATTENTION_COURSE_DEVICE"
+SEED_BASE_ENV = "ATTENTION_COURSE_SEED_BASE"
+THREADS_ENV = "ATTENTION_COURSE_THREADS"
 
 
 def get_device(prefer: str | None = None) -> torch.device:
@@ -42,14 +51,49 @@ def _mps_available() -> bool:
     return bool(backend is not None and backend.is_available())
 
 
+def _int_from_env(name: str, default: int, minimum: int) -> int:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {text!r}"
+                         ) from None
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def seed_base() -> int:
+    """``ATTENTION_COURSE_SEED_BASE``, the shift of every seed (default 0)."""
+    return _int_from_env(SEED_BASE_ENV, 0, 0)
+
+
 def seed_everything(seed: int) -> torch.Generator:
-    """Seed Python's, NumPy's and torch's generators; return a torch
-    CPU generator."""
+    """Seed Python's, NumPy's and torch's generators with ``seed`` shifted by
+    ``ATTENTION_COURSE_SEED_BASE``; return a torch CPU generator seeded the
+    same way."""
     import random
 
     import numpy as np
 
+    seed = seed + seed_base()
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
+
+
+def set_threads(count: int | None = None) -> int:
+    """Use ``count`` torch threads (``None``: leave torch's choice), unless
+    ``ATTENTION_COURSE_THREADS`` says otherwise; returns the number in use."""
+    wanted = _int_from_env(THREADS_ENV, count or 0, 1) or None
+    if wanted is not None and wanted != torch.get_num_threads():
+        torch.set_num_threads(wanted)
+    return torch.get_num_threads()
+
+
+def thread_count() -> int:
+    """The number of threads torch uses for its operations."""
+    return torch.get_num_threads()

@@ -1,7 +1,8 @@
 """The Chinese edition, from the same sources: Sphinx's own gettext catalogs.
 
     python scripts/i18n.py extract   # the book's messages -> _build/gettext/_build/gettext/*.pot
-    python scripts/i18n.py update    # extract, then merge into locales/zh_CN/LC_MESSAGES/*.po
+    python scripts/i18n.py update [PAGE...]  # extract, then merge into the catalogs
+                                     # locales/zh_CN/LC_MESSAGES/*.po (of PAGEs only, if given)
     python scripts/i18n.py check     # every message translated, none fuzzy, none missing
     python scripts/i18n.py build     # the Chinese edition -> _build/html/zh_CN/
     python scripts/i18n.py lint [PO] # translations that lost or changed markup (a glue
@@ -73,12 +74,44 @@ def _add_figure_alt_texts(template: Path, notebook: Path) -> None:
         write_po(f, catalog, width=0, omit_header=False)
 
 
-def update() -> int:
-    pot = extract()
-    return subprocess.run(
-        [str(Path(sys.executable).with_name("sphinx-intl")), "update", "--pot-dir", str(pot),
-         "--locale-dir", str(LOCALES), "--language", LANGUAGE, "--line-width", "-1"],
-        cwd=ROOT).returncode
+def update(pages: list[str] | None = None) -> int:
+    """Merge the book's messages into the catalogs: every page's, or only those of
+    ``pages`` (``book/09_decoding``, ``book/09_decoding.ipynb`` or
+    ``locales/.../book/09_decoding.po``), leaving the other catalogs as they are. One
+    update at a time (a lock in ``_build/``), since all share one extraction folder."""
+    import fcntl
+    import tempfile
+
+    (ROOT / "_build").mkdir(exist_ok=True)
+    with open(ROOT / "_build" / ".i18n-update.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        pot = extract()
+        with tempfile.TemporaryDirectory() as chosen:
+            if pages:
+                for page in pages:
+                    name = _page_name(page)
+                    template = pot / f"{name}.pot"
+                    if not template.is_file():
+                        raise SystemExit(f"i18n: no page {page!r} (no {template.name} among "
+                                         f"the templates)")
+                    (Path(chosen) / name).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(template, Path(chosen) / f"{name}.pot")
+                pot = Path(chosen)
+            return subprocess.run(
+                [str(Path(sys.executable).with_name("sphinx-intl")), "update", "--pot-dir",
+                 str(pot), "--locale-dir", str(LOCALES), "--language", LANGUAGE,
+                 "--line-width", "-1"], cwd=ROOT).returncode
+
+
+def _page_name(page: str) -> str:
+    """``book/09_decoding`` from a page's path, its notebook's or its catalog's."""
+    path = Path(page)
+    if path.is_absolute():
+        path = path.relative_to(ROOT)
+    parts = path.with_suffix("").parts
+    if parts[:3] == ("locales", LANGUAGE, "LC_MESSAGES"):
+        parts = parts[3:]
+    return "/".join(parts)
 
 
 def problems(pot: Path | None = None) -> list[str]:
@@ -362,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command",
                         choices=("extract", "update", "check", "build", "lint", "messages"))
     parser.add_argument("catalogs", nargs="*", type=Path,
-                        help="lint: the .po files (default: all); messages: the package's "
+                        help="lint: the .po files (default: all); update: the pages whose "
+                             "catalogs to update (default: all); messages: the package's "
                              "catalogs to update, by name (default: all)")
     args = parser.parse_args(argv)
     command = args.command
@@ -375,7 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if command == "messages":
         return update_messages([Path(c).stem for c in args.catalogs])
-    return {"update": update, "check": check, "build": build_chinese}[command]()
+    if command == "update":
+        return update([str(c) for c in args.catalogs])
+    return {"check": check, "build": build_chinese}[command]()
 
 
 if __name__ == "__main__":

@@ -122,6 +122,22 @@ def test_the_instructors_edition_shows_solutions_and_explanations(built_book: Pa
         assert any(line in text for line in lines), f"{exercise}: no solution code shown"
 
 
+def test_every_reading_of_the_text_holds(built_book: Path) -> None:
+    """What a chapter's text says about its runs is checked in the run
+    (``attention_course.claims``); a reading that does not hold leaves a notice on its page
+    and the run goes on. CI holds the book to its text: no page may carry such a notice."""
+    from attention_course.claims import NOTICE_CLASS, notices_in_build
+
+    notices = notices_in_build(ROOT / "_build")
+    assert not notices, "readings of the text that did not hold in this build:\n" + "\n".join(
+        f"  {r['notebook']}: {r['name']}: the text says {r['says']!r}; got {r['got']}"
+        for r in notices)
+    pages = [p for p in built_book.rglob("*.html") if "_static" not in p.parts]
+    shown = [p.relative_to(built_book).as_posix() for p in pages
+             if NOTICE_CLASS in p.read_text(encoding="utf-8")]
+    assert not shown, f"pages showing a notice of a reading that did not hold: {shown}"
+
+
 def test_every_notebook_ran_once_in_the_build(built_book: Path, capsys) -> None:
     """The -W build is the notebooks' run: each one in the table of contents has a
     successful execution of its current content in the cache (a failing cell would have
