@@ -23,7 +23,12 @@ from grading_helpers import EXERCISE, SOLUTION, learner_cells, solution_cells, w
 
 from attention_course.grading.cli import main as grade_main
 
-TIMEOUT = 8.0
+# The per-submission time limit of these batches. Honest work here takes a second or two;
+# a few hostile submissions (walking the whole file system, touching memory until the
+# watch stops them) take several on a quiet machine, so the limit leaves room for a
+# machine twice as slow and busy with other work, and the submissions that must run into
+# it (endless loops) still end the batch well within a minute.
+TIMEOUT = 20.0
 MARKER = f"attention-grade-test-{uuid.uuid4().hex}"
 
 
