@@ -127,10 +127,21 @@ def _submissions(folder: Path, out: Path) -> dict[str, Path]:
         ],
         "fanout_bomb": [
             *stubs,
-            "import gc\n"
+            # a record written by hand (the channel's own encoder refuses so many items),
+            # with the real nonce: 200,000 items in a header well under its size cap
+            "import gc, json, os, struct\n"
             "channel = next(o for o in gc.get_objects() if type(o).__name__ == 'Channel')\n"
-            "a = [0.0] * 1000\nb = [a] * 1000\nc = [b] * 1000\nd = [c] * 1000\n"
-            "channel.send('q_result', id='q1_weights', outputs=d)\n",
+            "tree = [[0] * 400 for _ in range(500)]\n"
+            "value = {'dict': {'nonce': channel.nonce, 'event': 'q_result',\n"
+            "                  'id': 'q1_weights', 'outputs': tree}}\n"
+            "header = json.dumps({'value': value, 'tensors': []}).encode()\n"
+            "data = b'ACW1' + struct.pack('!I', len(header)) + header\n"
+            "os.write(channel.fd, struct.pack('!I', len(data)) + data)\n"
+            "try:\n"
+            "    a = [0.0] * 1000\n"
+            "    channel.send('q_result', id='q2_predict', outputs=[[a] * 1000] * 1000)\n"
+            "except ValueError as error:\n"
+            "    print('refused:', error)\n",
         ],
         "import_reference": [
             setup,

@@ -9,22 +9,24 @@ submission code and never reads a job; each child runs exactly one submission an
 never reused.
 
 The child reads its whole job from stdin before any submission code runs: a JSON header
-(sandbox settings, the nonce) and a ``torch.save`` payload (the notebook's code cells, the
-questions' call specs and their inputs). Then it enters the sandbox (:func:`enter_sandbox`):
+(sandbox settings, the nonce) and a ``torch.save`` payload written by the trusted parent
+(the notebook's code cells, the questions' call specs and their inputs). Then it enters
+the sandbox (:func:`enter_sandbox`):
 new network, IPC, mount and PID namespaces (directly as root, inside a new user namespace
 as a normal user where the kernel allows that), a **new root file system** that holds only
 what running a notebook needs (the Python runtime and installed packages, the course's
 package without its exercise specifications, a small size-limited scratch folder), limits,
 and no privileges (the user ``nobody`` when root, no capabilities otherwise). It executes
 the notebook's code cells and calls the learner's code on each case. Every event goes to
-the parent through file descriptor 3 as a length-prefixed ``torch.save`` record of plain
-data.
+the parent through file descriptor 3 as a length-prefixed record of plain data
+(:mod:`attention_course.grading.wire`: a JSON header and raw tensor bytes).
 
 The submission runs in the child process and could tamper with anything in it: that is
-fine, because the parent trusts nothing it receives. It loads every record with
-``weights_only=True``, accepts only plain tensors and numbers, and compares them with
-answers it computed itself. This file imports only the standard library and torch, and
-never the question specs, so no process of the sandbox holds reference answers.
+fine, because the parent trusts nothing it receives. It decodes every record as plain
+data (never with pickle or ``torch.load``), accepts only plain tensors and numbers, and
+compares them with answers it computed itself. This file imports only the standard
+library, torch and the package's messages, never the question specs, so no process of the
+sandbox holds reference answers.
 """
 
 from __future__ import annotations
@@ -577,16 +579,32 @@ def strip_magics(source: str) -> str:
 
 
 # --------------------------------------------------------------------------- one child
+_WIRE: types.ModuleType | None = None
+
+
+def _wire() -> types.ModuleType:
+    """``wire.py`` from this folder, loaded by path: importing it as
+    ``attention_course.grading.wire`` would import the grading package, and with it the
+    exercise specifications, into the server (and every child's memory)."""
+    global _WIRE
+    if _WIRE is None:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py")
+        spec = importlib.util.spec_from_file_location("_attention_course_wire", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _WIRE = module
+    return _WIRE
+
+
 class Channel:
     def __init__(self, fd: int, nonce: str) -> None:
         self.fd, self.nonce = fd, nonce
 
     def send(self, event: str, **fields) -> None:
-        import torch
-
-        buffer = io.BytesIO()
-        torch.save({"nonce": self.nonce, "event": event, **fields}, buffer)
-        data = buffer.getvalue()
+        data = _wire().encode({"nonce": self.nonce, "event": event, **fields})
         view = memoryview(HEADER.pack(len(data)) + data)
         while view:
             view = view[os.write(self.fd, view):]
@@ -680,7 +698,11 @@ def run_job(package_dir: str | None) -> None:
         except NotImplementedError:
             channel.send("q_error", id=qid, status="not_implemented", message="")
             continue
-        channel.send("q_result", id=qid, outputs=outputs)
+        try:
+            channel.send("q_result", id=qid, outputs=outputs)
+        except ValueError as error:  # the wire's WireError: too many items, ...
+            channel.send("q_error", id=qid, status="error",
+                         message=f"returned {describe_error(error).split(': ', 1)[-1]}")
     sys.stdout.flush()  # before "done": the parent stops listening once it has it
     sys.stderr.flush()
     channel.send("done")
@@ -741,6 +763,7 @@ def serve(control_fd: int) -> None:
     torch.save({"warm": torch.zeros(1)}, buffer)
     buffer.seek(0)
     torch.load(buffer, weights_only=True)
+    _wire()  # the records' encoder, loaded while its file is in sight
 
     spec = importlib.util.find_spec("attention_course")
     package_dir = None

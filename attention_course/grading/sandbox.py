@@ -6,12 +6,15 @@ asks it for a fresh child per submission (or starts a server of its own for one 
 The child runs in new namespaces, in a root file system of its own that holds only the
 Python runtime, the installed packages and a small scratch folder, without privileges,
 under limits on CPU time, data size and file size; this side enforces wall-clock time
-and the submission's **resident memory** (all its processes together), and drains its
-stdout and stderr into a capped buffer. Every record the child sends is loaded with
-``torch.load(weights_only=True)`` and checked to be plain data; nothing is unpickled as an
-object. Afterwards every process of the child is killed: its process group and, through
-the PID namespace, everything it started; without namespaces, any process still
-carrying the child's random environment token.
+and the **memory the submission holds** (all its processes together: their proportional
+share of anonymous and shared memory, so that pages shared after a fork count once, and
+the bytes parked in their sockets and pipes), watched by a thread of its own, and drains
+its stdout and stderr into a capped buffer. Every record the child sends is decoded as
+plain data (:mod:`attention_course.grading.wire`: a JSON header and raw tensor bytes; no
+pickle, no ``torch.load``, so no record can run code whatever torch is installed), with
+a size cap, and checked to be plain data. Afterwards every process of the child is
+killed: its process group and, through the PID namespace, everything it started; without
+namespaces, any process still carrying the child's random environment token.
 """
 
 from __future__ import annotations
@@ -32,11 +35,11 @@ import sys
 import tempfile
 import threading
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attention_course.grading import wire
 from attention_course.grading._driver import HEADER
 from attention_course.grading.compare import NotPlainData, validate_plain
 from attention_course.i18n import ENV, language
@@ -315,9 +318,23 @@ def _children_of(pid: int) -> list[int]:
     return found
 
 
-def _resident(pid: int) -> int:
-    """Anonymous and shared-memory resident bytes of one process (0 when it is gone)."""
+def _process_memory(pid: int) -> int:
+    """Anonymous and shared memory of one process, its proportional share (PSS) of pages
+    it shares with others (0 when it is gone): a page shared by a process and the
+    workers it forked counts once over all of them."""
     try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            rollup = f.read()
+    except OSError:
+        rollup = ""
+    fields = {"Pss_Anon:": 0, "Pss_Shmem:": 0}
+    for line in rollup.splitlines():
+        name, _, rest = line.partition(" ")
+        if name in fields:
+            fields[name] = int(rest.split()[0]) << 10
+    if "Pss_Anon:" in rollup:
+        return sum(fields.values())
+    try:  # an older kernel: resident anonymous and shared memory
         with open(f"/proc/{pid}/status") as f:
             status = f.read()
     except OSError:
@@ -329,18 +346,111 @@ def _resident(pid: int) -> int:
     return total
 
 
-def tree_memory(pid: int, include_root: bool) -> int:
-    """Resident memory of the processes below ``pid`` (and of ``pid`` itself if asked)."""
-    total = _resident(pid) if include_root else 0
+_PIDFD_OPEN, _PIDFD_GETFD = 434, 438  # the same number on every Linux architecture
+_SIOCOUTQ, _FIONREAD = 0x5411, 0x541B
+
+
+def _queued_bytes(pids: list[int]) -> int | None:
+    """Bytes parked in the sockets (sent, not yet read) and pipes the processes hold, each
+    socket and pipe counted once; ``None`` where this machine does not let us look (no
+    ``pidfd_getfd``, or not allowed to look into the processes)."""
+    import ctypes
+    import fcntl
+    import struct
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    seen: set[str] = set()
+    total = 0
+    for pid in pids:
+        try:
+            entries = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        pidfd = -1
+        try:
+            for entry in entries[:4096]:
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{entry}")
+                except OSError:
+                    continue
+                if not target.startswith(("socket:", "pipe:")) or target in seen:
+                    continue
+                seen.add(target)
+                if pidfd < 0:
+                    pidfd = libc.syscall(_PIDFD_OPEN, pid, 0)
+                    if pidfd < 0:
+                        return None
+                fd = libc.syscall(_PIDFD_GETFD, pidfd, int(entry), 0)
+                if fd < 0:
+                    if ctypes.get_errno() in (1, 38):  # EPERM, ENOSYS: we cannot look
+                        return None
+                    continue  # closed meanwhile
+                try:
+                    request = _SIOCOUTQ if target.startswith("socket:") else _FIONREAD
+                    out = fcntl.ioctl(fd, request, struct.pack("i", 0))
+                    total += max(0, struct.unpack("i", out)[0])
+                except OSError:
+                    pass  # a socket that keeps no count (a listening one)
+                finally:
+                    os.close(fd)
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
+    return total
+
+
+def _tree(pid: int, include_root: bool) -> list[int]:
+    """The processes below ``pid`` (and ``pid`` itself if asked)."""
+    found = [pid] if include_root else []
     stack, seen = _children_of(pid), {pid}
     while stack:
         child = stack.pop()
         if child in seen:
             continue
         seen.add(child)
-        total += _resident(child)
+        found.append(child)
         stack += _children_of(child)
-    return total
+    return found
+
+
+def tree_memory(pid: int, include_root: bool) -> tuple[int, bool]:
+    """The memory the processes below ``pid`` (and ``pid`` if asked) hold together: their
+    PSS plus what their sockets and pipes hold; and whether the buffers could be
+    counted."""
+    pids = _tree(pid, include_root)
+    queued = _queued_bytes(pids)
+    return sum(_process_memory(p) for p in pids) + (queued or 0), queued is not None
+
+
+class _MemoryWatch(threading.Thread):
+    """Watch what a child holds, every ``MEMORY_POLL`` seconds, from the moment it is
+    ready (its baseline: Python and torch), whatever else this process is doing (decoding
+    a record included); past ``limit`` bytes beyond the baseline it kills the child."""
+
+    def __init__(self, child: Child, session: _Session, limit: int, token: str) -> None:
+        super().__init__(daemon=True)
+        self.child, self.session, self.limit, self.token = child, session, limit, token
+        self.stopped = threading.Event()
+        self.over = False
+        self.buffers_counted = True
+
+    def run(self) -> None:
+        baseline: int | None = None
+        attempt = self.session.attempt
+        while not self.stopped.wait(MEMORY_POLL if baseline is not None else 0.02):
+            if self.child.poll() is not None:
+                return
+            if not attempt.ready or self.child.pid is None:
+                continue
+            guarded = bool(attempt.isolation.get("pid_namespace"))
+            used, counted = tree_memory(self.child.pid, include_root=not guarded)
+            self.buffers_counted = self.buffers_counted and counted
+            baseline = used if baseline is None else baseline
+            attempt.peak_memory = max(attempt.peak_memory, used - baseline)
+            if used - baseline > self.limit:
+                self.over = True
+                _kill_everything(self.child, self.token)
+                return
 
 
 def _kill_everything(child: Child, token: str) -> None:
@@ -380,21 +490,6 @@ def _job_bytes(config: dict, payload: dict) -> bytes:
     torch.save(payload, buffer)
     header = json.dumps(config).encode()
     return HEADER.pack(len(header)) + header + buffer.getvalue()
-
-
-def _stored_and_small(record: bytes) -> bool:
-    """A ``torch.save`` archive whose entries are stored (not compressed) and small.
-
-    Checked before ``torch.load``, so a forged record cannot inflate into gigabytes.
-    """
-    try:
-        with zipfile.ZipFile(io.BytesIO(record)) as archive:
-            entries = archive.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-        return False
-    return all(e.compress_type == zipfile.ZIP_STORED for e in entries) and (
-        sum(e.file_size for e in entries) <= MAX_RECORD
-    )
 
 
 class _Session:
@@ -437,14 +532,18 @@ class _Session:
         return True
 
     def handle(self, record: bytes) -> None:
-        import torch
-
-        if not _stored_and_small(record):
-            return
-        try:
-            event = torch.load(io.BytesIO(record), weights_only=True)
-        except Exception:
-            return  # not ours: ignore
+        try:  # plain data only, in time and memory linear in the record's size
+            event = wire.decode(record)
+        except wire.WireError as error:
+            claimed = wire.peek(record)  # an answer too big or malformed: say so
+            qid = claimed.get("id")
+            if (claimed.get("nonce") == self.nonce and claimed.get("event") == "q_result"
+                    and self.attempt.ready and qid in self.pending - set(self.attempt.answers)):
+                self.attempt.answers[qid] = ("error", "error", f"returned {error}")
+                if self.attempt.current_question == qid:
+                    self.attempt.current_question = None
+                self.deadline = self.overall_deadline()
+            return  # not ours, or not plain data: ignored
         if type(event) is not dict or event.get("nonce") != self.nonce:
             return
         for key in ("error", "message"):  # the random folder name would vary between runs
@@ -572,16 +671,23 @@ def _run_child(cells: list[str], questions: list[dict], time_limits: dict[str, f
             shutil.rmtree(base, ignore_errors=True)
     drain.start()
     attempt = session.attempt
+    watch = _MemoryWatch(child, session, limits.memory_mb << 20, token)
     try:
         threading.Thread(target=_feed, args=(job_write, job), daemon=True).start()
-        attempt.end = _pump(record_read, child, session, limits.memory_mb << 20)
+        watch.start()
+        attempt.end = _pump(record_read, child, session, watch)
     finally:
+        watch.stopped.set()
         _kill_everything(child, token)
+        watch.join(timeout=5)
         drain.stopped.set()
         drain.join(timeout=2)
         os.close(record_read)
         os.close(out_read)
         shutil.rmtree(base, ignore_errors=True)
+    if watch.over:  # killed for its memory, whatever the channel said meanwhile
+        attempt.end = "memory"
+    attempt.isolation["memory_buffers_counted"] = watch.buffers_counted
     attempt.output = drain.text().replace(work, "<workdir>")
     status = child.status
     attempt.exit_status = 128 - status if status is not None and status < 0 else status
@@ -606,27 +712,18 @@ def _feed(fd: int, job: bytes) -> None:
         pass
 
 
-def _pump(read_fd: int, child: Child, session: _Session, memory: int) -> str:
+def _pump(read_fd: int, child: Child, session: _Session, watch: _MemoryWatch) -> str:
     """Read records until the child is done, exits, overruns, misbehaves or uses too much
-    memory (counted below the guard process when there is a PID namespace)."""
+    memory (which ``watch`` finds, in a thread of its own)."""
     exited_at: float | None = None
-    checked = 0.0
-    baseline: int | None = None  # what the child holds when it is ready: Python and torch
     while True:
         now = time.monotonic()
+        if watch.over:
+            return "memory"
         if now >= session.deadline:
             return "timeout"
         if exited_at is None and child.poll() is not None:
             exited_at = now
-        started = session.attempt.ready
-        if exited_at is None and started and child.pid is not None and now - checked >= MEMORY_POLL:
-            checked = now
-            guarded = bool(session.attempt.isolation.get("pid_namespace"))
-            used = tree_memory(child.pid, include_root=not guarded)
-            baseline = used if baseline is None else baseline
-            session.attempt.peak_memory = max(session.attempt.peak_memory, used - baseline)
-            if used - baseline > memory:
-                return "memory"
         wait = 0.05 if exited_at is not None else min(session.deadline - now, MEMORY_POLL)
         ready, _, _ = select.select([read_fd], [], [], max(wait, 0.0))
         if ready:
@@ -634,11 +731,15 @@ def _pump(read_fd: int, child: Child, session: _Session, memory: int) -> str:
             if chunk:
                 if not session.feed(chunk):
                     return "violation"
+                if watch.over:
+                    return "memory"
                 if session.done:
                     return "done"
+                if time.monotonic() >= session.deadline:  # decoding counts too
+                    return "timeout"
                 continue
             if exited_at is None:  # the channel was closed but the child lives on
                 time.sleep(0.05)
                 continue
         if exited_at is not None:
-            return "exited"  # nothing more to read after the child ended
+            return "memory" if watch.over else "exited"
