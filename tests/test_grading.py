@@ -185,13 +185,23 @@ def test_check_accepts_answers_computed_on_the_gpu():
     assert r.passed, r.message
 
 
-def test_magics_become_no_ops():
-    from attention_course.grading._driver import strip_magics
+def test_cells_run_as_jupyter_runs_them():
+    """IPython's own transformation, then the sandbox's ``get_ipython()``: magics that run
+    code run it once, the rest do nothing, shell escapes run no shell."""
+    from attention_course.grading._driver import Shell
+    from attention_course.grading.grader import _as_python
 
-    assert strip_magics("x = 1\n  %matplotlib inline\n!pip install y\n") == (
-        "x = 1\n  pass\npass\n"
-    )
-    assert strip_magics("%%time\nx = 1\n") == ""
+    source = ("%%time\nx = 1\n", "%timeit -n 10 -r 3 y = x + 1\n", "%matplotlib inline\n",
+              "!pip install y\nfiles = !ls\n", "ok = (\n    x\n    != 2\n)\n",
+              "%%bash\nrm -rf /\n")
+    namespace: dict = {}
+    shell = Shell(namespace)
+    namespace["get_ipython"] = lambda: shell
+    for cell in source:
+        exec(compile(_as_python(cell), "<cell>", "exec"), namespace)
+    assert namespace["x"] == 1 and namespace["y"] == 2 and namespace["ok"] is True
+    assert namespace["files"] == []
+    assert _as_python("ok = (\n    x\n    != 2\n)\n") == "ok = (\n    x\n    != 2\n)\n"
 
 
 # --------------------------------------------------------------------------- teaching

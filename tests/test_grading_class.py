@@ -57,7 +57,7 @@ def _grade(*args: object) -> int:
 @pytest.fixture(scope="module")
 def graded(klass, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("out")
-    assert _grade(klass, "--out", out) == 0
+    assert _grade(klass, "--out", out) == 3  # graded; dave's notebook names no exercise
     return out
 
 
@@ -125,7 +125,7 @@ def test_regrading_one_notebook_changes_only_its_row(klass, graded, tmp_path):
 def test_two_shards_merged_equal_one_run(klass, graded, tmp_path):
     shards = [tmp_path / "shard1", tmp_path / "shard2"]
     for k, folder in enumerate(shards, start=1):
-        assert _grade(klass, "--out", folder, "--shard", f"{k}/2") == 0
+        assert _grade(klass, "--out", folder, "--shard", f"{k}/2") in (0, 3)
     sizes = [len(_rows(folder / "gradebook.csv")) for folder in shards]
     assert sorted(sizes) == [2, 3]
     merged = tmp_path / "merged"

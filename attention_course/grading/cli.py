@@ -1,15 +1,19 @@
 """``attention-course grade PATH...`` and ``attention-course merge DIR... --out DIR``.
 
 Registered on the main command by :func:`add_grade_parser` and :func:`add_merge_parser`.
-``grade`` exits with 0 when every submission was graded (whatever its score), 1 when the
-grader itself failed (its self-check included; then no gradebook is written), 2 for a
-wrong command line.
+``grade`` exits with 0 when every submission was graded (whatever its score); 3 when the
+batch was graded but some submissions could not be (each has its row: 0 and the reason,
+such as a file that is not a notebook, or a symbolic link); 1 when the grader itself
+failed (its self-check included, then no gradebook is written; or on some submissions,
+which then have no row, so that grading them again fills it in); 2 for a wrong command
+line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -19,6 +23,7 @@ from pathlib import Path
 from attention_course.grading import gradebook
 from attention_course.grading.results import SubmissionResult, _columns
 from attention_course.grading.sandbox import PACKAGE_ROOT, ForkServer, GraderError, Limits
+from attention_course.grading.text import display_path, safe_text
 from attention_course.i18n import LANGUAGES, N_, _, using
 
 SOLUTIONS = Path(PACKAGE_ROOT) / "exercises" / "solutions"
@@ -29,6 +34,10 @@ ISOLATION = {
                         "grading"),
     "file_system_hidden": N_("no private file system: a submission can read what the "
                              "grading user can read (other submissions, solutions)"),
+    "no_keyrings_or_locks": N_("no seccomp filter: kernel keyrings and file locks could "
+                               "carry data from one submission to another"),
+    "memory_buffers_counted": N_("socket and pipe buffers are not counted in the memory "
+                                 "limit (they stay bounded by the limit on open files)"),
 }
 
 
@@ -120,21 +129,33 @@ def add_merge_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 # --------------------------------------------------------------------------- finding work
 def _notebooks(path: Path) -> list[tuple[Path, Path | None]]:
-    """``(notebook, folder it was found under)``; a file (or a missing path) stands alone."""
-    if not path.is_dir():
+    """``(notebook, folder it was found under)``; a file (or a missing path) stands alone.
+
+    Every entry named ``*.ipynb`` is listed, whatever it is (a link, a pipe: grading then
+    refuses it with a reason, so that it still has its row), and so is a symbolic link to
+    a folder (never followed: it could lead anywhere on the machine).
+    """
+    if path.is_symlink() or not path.is_dir():
         return [(path, None)]
     found = []
-    for nb in sorted(path.rglob("*.ipynb")):
-        parts = nb.relative_to(path).parts
-        if any(p.startswith(".") or p == "__pycache__" for p in parts):
-            continue  # .ipynb_checkpoints and other hidden folders
-        found.append((nb, path))
-    return found
+    for top, dirs, files in os.walk(path, followlinks=False):
+        here = Path(top)
+        hidden = [d for d in dirs if d.startswith(".") or d == "__pycache__"]
+        for d in hidden:  # .ipynb_checkpoints and other hidden folders
+            dirs.remove(d)
+        for d in list(dirs):
+            if (here / d).is_symlink():
+                dirs.remove(d)
+                found.append((here / d, path))
+        found += [(here / f, path) for f in files
+                  if f.endswith(".ipynb") and not f.startswith(".")]
+    return sorted(found, key=lambda item: os.fsencode(item[0]))
 
 
 def _student(nb: Path, base: Path | None, how: str, exercise: str | None) -> str:
     if how == "folder":
-        if base is not None and len(nb.relative_to(base).parts) > 1:
+        if base is not None and (len(nb.relative_to(base).parts) > 1
+                                 or not nb.name.endswith(".ipynb")):  # a linked folder
             name = nb.relative_to(base).parts[0]
         else:
             name = (base or nb.absolute().parent).absolute().name
@@ -143,23 +164,26 @@ def _student(nb: Path, base: Path | None, how: str, exercise: str | None) -> str
         name = name.strip("_- .") or nb.stem
     else:
         below = nb.relative_to(base).as_posix() if base is not None else nb.name
+        below = os.fsencode(below).decode("utf-8", errors="backslashreplace")
         match = re.search(how[3:], below)
         if match is None or not match.groupdict().get("student"):
-            raise UsageError(f"--student-from {how!r} does not match {below!r} (it needs a "
-                             f"group (?P<student>...))")
+            raise UsageError(f"--student-from {how!r} does not match {safe_text(below)!r} "
+                             f"(it needs a group (?P<student>...))")
         name = match.group("student")
-    return gradebook.safe_name(name)
+    return gradebook.safe_name(os.fsencode(name).decode("utf-8", errors="backslashreplace"))
 
 
 def _exercise_id(nb: Path, override: str | None) -> str | None:
-    from attention_course.grading.grader import SubmissionError, exercise_of, read_notebook
+    """The notebook's exercise, from its metadata or its name; ``None`` when neither says
+    (whatever the file holds: it is graded, or refused, with a reason later)."""
+    from attention_course.grading.grader import exercise_of, read_notebook
 
     try:
         return exercise_of(read_notebook(nb), nb, override).id
-    except (SubmissionError, KeyError):
+    except Exception:  # noqa: BLE001 - any file: its row will say what is wrong with it
         try:
             return exercise_of({}, nb, override).id
-        except (SubmissionError, KeyError):
+        except Exception:  # noqa: BLE001
             return None
 
 
@@ -179,8 +203,9 @@ def find_submissions(paths: list[Path], how: str, override: str | None) -> list[
         for nb, base in _notebooks(path):
             exercise = _exercise_id(nb, override)
             sub = Submission(nb, _student(nb, base, how, exercise), exercise)
-            if sub.key in found and found[sub.key].path.resolve() != nb.resolve():
-                clashes.append(f"  {sub.key[0]}/{sub.key[1]}: {found[sub.key].path} and {nb}")
+            if sub.key in found and found[sub.key].path.absolute() != nb.absolute():
+                clashes.append(f"  {sub.key[0]}/{sub.key[1]}: "
+                               f"{display_path(found[sub.key].path)} and {display_path(nb)}")
             found.setdefault(sub.key, sub)
     if clashes:
         raise UsageError("two notebooks for the same student and exercise:\n"
@@ -221,7 +246,7 @@ def feedback_text(result: SubmissionResult) -> str:
         lines += ["", _("The notebook's output (for reference; it has no effect on the "
                         "score):")]
         lines += ["  | " + line for line in result.output.rstrip().splitlines()[:200]]
-    return "\n".join(lines) + "\n"
+    return safe_text("\n".join(lines) + "\n")
 
 
 def pad(text: str, width: int, right: bool = False) -> str:
@@ -239,7 +264,7 @@ def table(results: list[SubmissionResult]) -> str:
     for r in results:
         detail = r.error or "  ".join(f"{q.id} {q.points}/{q.max_points}" for q in r.questions)
         lines.append(f"{pad(r.submission, width)}  {r.score:>3}/{r.max_score:<3}  {detail}")
-    return "\n".join(lines)
+    return safe_text("\n".join(lines))
 
 
 # --------------------------------------------------------------------------- grading
@@ -377,8 +402,12 @@ def _grade(args: argparse.Namespace) -> int:
         print(table(results))
     failed = [r for r in results if r.grader_error]
     for r in failed:
-        print(f"grade: {r.submission}: {r.error}", file=sys.stderr)
-    return 1 if failed else 0
+        print(safe_text(f"grade: {r.submission}: {r.error}"), file=sys.stderr)
+    refused = [r for r in results if r.error and not r.grader_error]
+    if refused:
+        print(_("grade: {count} submission(s) could not be graded; each has its row with 0 "
+                "and the reason").format(count=len(refused)), file=sys.stderr)
+    return 1 if failed else 3 if refused else 0
 
 
 def _grade_all(subs: list[Submission], args: argparse.Namespace, limits: Limits,
@@ -393,7 +422,10 @@ def _grade_all(subs: list[Submission], args: argparse.Namespace, limits: Limits,
             i = futures[future]
             result = results[i] = future.result()
             if args.out and not result.grader_error:  # kept as we go: nothing is lost
-                gradebook.save_record(args.out, result.to_json(), feedback_text(result))
+                try:
+                    gradebook.save_record(args.out, result.to_json(), feedback_text(result))
+                except (OSError, ValueError) as error:  # written again at the end
+                    print(f"grade: {result.submission}: {error}", file=sys.stderr)
             bar.update(1)
     bar.close()
     return [r for r in results if r is not None]

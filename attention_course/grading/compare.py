@@ -13,14 +13,35 @@ from typing import Any
 
 import torch
 
+from attention_course.grading.wire import Refused
 from attention_course.i18n import N_, _
 
 MAX_DEPTH = 8
 MAX_ITEMS = 100_000
 
 
+# the dtypes an answer may have (what grading/wire.py carries)
+PLAIN_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+                torch.complex128, torch.uint8, torch.int8, torch.int16, torch.int32,
+                torch.int64, torch.bool)
+
+
 class NotPlainData(ValueError):
     """An output holds something other than tensors, numbers, strings and containers."""
+
+
+def _refused(path: str, dtype: str) -> str:
+    return _("{path} is a tensor of dtype {dtype}: return a floating-point, integer or "
+             "boolean tensor").format(path=path, dtype=dtype)
+
+
+def as_float(value: float | int) -> float:
+    """``float(value)``, with an integer too large for a float as plus or minus infinity
+    (a bandwidth of ``2 ** 1100`` is a wrong answer, not an error of the grader)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def validate_plain(value: Any, path: str | None = None) -> Any:
@@ -46,7 +67,13 @@ def _validate(value: Any, path: str, depth: int, count: list[int]) -> Any:
     if isinstance(value, torch.Tensor):
         if value.layout != torch.strided or value.is_quantized or value.device.type != "cpu":
             raise NotPlainData(_("{path} is not a plain dense CPU tensor").format(path=path))
-        return torch.Tensor(value.detach()) if type(value) is not torch.Tensor else value
+        if value.dtype not in PLAIN_DTYPES:
+            raise NotPlainData(_refused(path, str(value.dtype).removeprefix("torch.")))
+        if type(value) is not torch.Tensor:  # a subclass: its plain data only
+            value = value.detach().as_subclass(torch.Tensor)
+        return value
+    if isinstance(value, Refused):  # a tensor of another dtype, described by the wire
+        raise NotPlainData(_refused(path, value.dtype))
     if value is None or type(value) in (bool, int, float, str):
         return value
     if type(value) in (list, tuple):
@@ -87,12 +114,16 @@ def _describe(value: Any) -> str:
 
 
 def _number(value: float) -> str:
-    """A number as a learner wrote it: an integer exactly, a float to six digits."""
-    return str(value) if isinstance(value, int) else f"{value:.6g}"
+    """A number as a learner wrote it: an integer exactly (if it is not huge), a float to
+    six digits."""
+    if isinstance(value, int) and abs(value) < 10**18:
+        return str(value)
+    return f"{as_float(value):.6g}"
 
 
 def _off_by(expected: float, got: float) -> str:
     """How ``got`` misses ``expected``, without saying what ``expected`` is."""
+    got = as_float(got)
     if math.isnan(got) or math.isinf(got):
         return _("got {value}").format(value=got)
     if expected == 0 or got == 0 or (expected > 0) != (got > 0):
@@ -170,7 +201,8 @@ def compare(
     path = _("output") if path is None else path
     if isinstance(expected, torch.Tensor):
         if isinstance(got, numbers.Number) and expected.numel() == 1:
-            got = torch.tensor(got)
+            got = torch.tensor(as_float(got) if isinstance(got, int) and abs(got) >= 2**63
+                               else got)
             if expected.dim() != 0:
                 got = got.reshape(expected.shape)
         if not isinstance(got, torch.Tensor):
@@ -196,7 +228,7 @@ def compare(
         if isinstance(expected, int) and not isinstance(expected, bool):
             ok = got == expected
         else:
-            ok = math.isclose(float(got), float(expected), rel_tol=rtol, abs_tol=atol)
+            ok = math.isclose(as_float(got), float(expected), rel_tol=rtol, abs_tol=atol)
         if ok:
             return None
         if not reveal:

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from attention_course.grading.text import csv_cell, safe_text
+
 Key = tuple[str, str]  # (student, exercise), or (student, file stem) when unknown
 RECORD_FIELDS = ("student", "submission", "file", "exercise", "score", "max_score",
                  "questions")
@@ -76,12 +78,25 @@ def _files(folder: Path, key: Key) -> tuple[Path, Path]:
     return folder / student / f"{name}.json", folder / student / f"{name}.feedback.txt"
 
 
+def _scrubbed(value: Any) -> Any:
+    """``value`` with every string safe to write and to show (:func:`safe_text`)."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, list):
+        return [_scrubbed(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrubbed(k): _scrubbed(v) for k, v in value.items()}
+    return value
+
+
 def save_record(folder: Path, record: dict[str, Any], feedback: str | None = None) -> None:
-    """Write one record (and its feedback) into its student's folder."""
+    """Write one record (and its feedback) into its student's folder; text a submission
+    chose is written with its control characters escaped."""
     record_file, feedback_file = _files(folder, key_of(record))
-    write_atomic(record_file, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(record_file, json.dumps(_scrubbed(record), indent=2, ensure_ascii=False)
+                 + "\n")
     if feedback is not None:
-        write_atomic(feedback_file, feedback)
+        write_atomic(feedback_file, safe_text(feedback))
 
 
 def save(folder: Path, records: Mapping[Key, dict[str, Any]],
@@ -121,8 +136,9 @@ def gradebook_csv(records: Iterable[Mapping[str, Any]]) -> str:
     for r in records:
         points = {(f"{r['exercise']}/{q['id']}" if qualify else q["id"]): q["points"]
                   for q in r["questions"]}
-        writer.writerow([r["student"], r.get("exercise") or "", r["score"], r["max_score"],
-                         *(points.get(c, "") for c in columns), r["file"], r.get("error") or ""])
+        writer.writerow([csv_cell(v) for v in (
+            r["student"], r.get("exercise") or "", r["score"], r["max_score"],
+            *(points.get(c, "") for c in columns), r["file"], r.get("error") or "")])
     return out.getvalue()
 
 
@@ -150,8 +166,8 @@ def totals_csv(records: Iterable[Mapping[str, Any]]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["student", *exercises, "total", "max_total"])
     for student, row in scores.items():
-        writer.writerow([student, *(row.get(e, "") for e in exercises), sum(row.values()),
-                         max_total])
+        writer.writerow([csv_cell(student), *(row.get(e, "") for e in exercises),
+                         sum(row.values()), max_total])
     return out.getvalue()
 
 

@@ -9,6 +9,7 @@ exits ends the grading of that notebook, with that reason for every question lef
 from __future__ import annotations
 
 import json
+import os
 import signal
 import stat
 import time
@@ -27,33 +28,60 @@ from attention_course.grading.results import (
 )
 from attention_course.grading.sandbox import Attempt, ForkServer, GraderError, Limits, run_child
 from attention_course.grading.spec import Exercise
+from attention_course.grading.text import display_path
 from attention_course.i18n import _
 
-MAX_NOTEBOOK_BYTES = 20 << 20
+# What is read: a notebook saved with its outputs (figures) may be large, and its outputs
+# are dropped before grading. What is run is bounded apart: its code.
+MAX_NOTEBOOK_BYTES = 200 << 20
+MAX_CODE_BYTES = 2 << 20
 
 
 class SubmissionError(ValueError):
     """The submission cannot be graded at all (unreadable file, unknown exercise)."""
 
 
+def _refuse_unless_plain_file(info: os.stat_result) -> None:
+    if stat.S_ISLNK(info.st_mode):
+        raise SubmissionError(_("the submission is a symbolic link, not a notebook: "
+                                "hand in the notebook file itself"))
+    if not stat.S_ISREG(info.st_mode):
+        kind = (_("a folder") if stat.S_ISDIR(info.st_mode) else
+                _("a named pipe") if stat.S_ISFIFO(info.st_mode) else
+                _("a device") if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+                else _("a socket") if stat.S_ISSOCK(info.st_mode) else _("a special file"))
+        raise SubmissionError(_("the submission is {kind}, not a regular file").format(
+            kind=kind))
+    if info.st_nlink > 1:
+        raise SubmissionError(_("the submission file has {count} hard links (it may be "
+                                "another file under a second name): hand in a copy of "
+                                "the notebook").format(count=info.st_nlink))
+
+
 def read_notebook(path: Path) -> dict[str, Any]:
-    """The notebook's JSON, checked to have the shape of an nbformat 4 notebook."""
+    """The notebook's JSON, checked to have the shape of an nbformat 4 notebook.
+
+    Only a regular file with no other name is read: a symbolic link, a hard link, a
+    named pipe or a device is refused (a link could point at a solution or a classmate's
+    notebook). The file is opened without following links and checked again once open.
+    """
     try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            raise SubmissionError(_("the submission is not a regular file"))
-        size = info.st_size
-        if size > MAX_NOTEBOOK_BYTES:
-            raise SubmissionError(_("the notebook file is too large ({size} MB)").format(
-                size=size >> 20))
-        with open(path, "rb") as f:
+        _refuse_unless_plain_file(os.lstat(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            _refuse_unless_plain_file(info)
+            if info.st_size > MAX_NOTEBOOK_BYTES:
+                raise SubmissionError(_("the notebook file is too large ({size} MB)").format(
+                    size=info.st_size >> 20))
             data = f.read(MAX_NOTEBOOK_BYTES + 1)
     except OSError as error:
         raise SubmissionError(_("the notebook file could not be read: {error}").format(
-            error=error.strerror)) from None
+            error=error.strerror or type(error).__name__)) from None
     try:
         nb = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:  # ValueError: bad
+        # JSON, or an integer of thousands of digits (Python's limit on converting them)
         message = str(error).splitlines()[0][:200]
         raise SubmissionError(_("the notebook file is not valid JSON ({error})").format(
             error=message)) from None
@@ -61,12 +89,30 @@ def read_notebook(path: Path) -> dict[str, Any]:
         raise SubmissionError(_("the file is not a Jupyter notebook (no list of cells)"))
     if nb.get("nbformat") != 4:
         raise SubmissionError(_("unsupported notebook format {format} (need 4)").format(
-            format=repr(nb.get("nbformat"))))
+            format=repr(nb.get("nbformat"))[:40]))
+    for cell in nb["cells"]:  # saved outputs are not graded: only the code is run
+        if type(cell) is dict:
+            cell.pop("outputs", None)
+            cell.pop("attachments", None)
     return nb
 
 
+def _as_python(source: str) -> str:
+    """A cell as Jupyter runs it: IPython's own input transformation turns magics and
+    shell escapes into calls of ``get_ipython()`` (which the sandbox provides), and leaves
+    everything else, a continuation line that starts with ``!=`` included, as it is."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:  # no IPython: the code as it is
+        return source
+    try:
+        return TransformerManager().transform_cell(source)
+    except Exception:  # noqa: BLE001 - what IPython cannot read, Python reports when run
+        return source
+
+
 def code_cells(nb: dict[str, Any]) -> list[str]:
-    """The source of every code cell, in order."""
+    """The source of every code cell, in order, as Jupyter runs it (:func:`_as_python`)."""
     cells = []
     for cell in nb["cells"]:
         if type(cell) is not dict or cell.get("cell_type") != "code":
@@ -77,7 +123,10 @@ def code_cells(nb: dict[str, Any]) -> list[str]:
         if type(source) is not str:
             raise SubmissionError(_("a code cell's source is neither text nor a list of "
                                     "lines"))
-        cells.append(source)
+        cells.append(_as_python(source))
+    if sum(len(c) for c in cells) > MAX_CODE_BYTES:
+        raise SubmissionError(_("the notebook holds more than {size} MB of code").format(
+            size=MAX_CODE_BYTES >> 20))
     return cells
 
 
@@ -135,12 +184,20 @@ def _reason_in_cells(attempt: Attempt, limits: Limits) -> tuple[str, str]:
 
 
 def _judge(prepared: Prepared, answer: tuple) -> QuestionResult:
+    """The question's outcome. Whatever a submission returned, this gives a result: an
+    answer that even the comparison cannot take (a type no check foresaw) is that
+    question's error, with its kind, never a failure of the whole batch."""
     q = prepared.question
-    if answer[0] == "result":
-        return evaluate(q, prepared.cases, prepared.expected, answer[1], prepared.wrong)
-    if answer[0] == "error":
-        return explain_error(q, answer[1], answer[2])
-    return result(q, answer[1], answer[2])
+    try:
+        if answer[0] == "result":
+            return evaluate(q, prepared.cases, prepared.expected, answer[1], prepared.wrong)
+        if answer[0] == "error":
+            return explain_error(q, answer[1], answer[2])
+        return result(q, answer[1], answer[2])
+    except Exception as error:  # noqa: BLE001 - a student's answer never stops the batch
+        return result(q, "error", _("`{name}` returned an answer that could not be compared "
+                                    "({kind})").format(name=q.symbol,
+                                                       kind=type(error).__name__))
 
 
 def submission_name(student: str, exercise: str | None, path: Path) -> str:
@@ -154,12 +211,12 @@ def _ungradable(path: Path, student: str, exercise: str | None,
     try:
         ex = exercise_of({}, path, exercise)
     except (SubmissionError, KeyError):
-        return SubmissionResult(student, submission_name(student, None, path), str(path), None,
-                                0, 0, [], error=message)
+        return SubmissionResult(student, submission_name(student, None, path),
+                                display_path(path), None, 0, 0, [], error=message)
     questions = [result(q, "error", _("not graded: {why}").format(why=message))
                  for q in ex.questions]
-    return SubmissionResult(student, submission_name(student, ex.id, path), str(path), ex.id,
-                            0, ex.max_score, questions, error=message)
+    return SubmissionResult(student, submission_name(student, ex.id, path), display_path(path),
+                            ex.id, 0, ex.max_score, questions, error=message)
 
 
 def grade_notebook(
@@ -243,7 +300,7 @@ def grade_notebook(
     return SubmissionResult(
         student=student,
         submission=submission_name(student, ex.id, path),
-        file=str(path),
+        file=display_path(path),
         exercise=ex.id,
         score=sum(q.points for q in questions),
         max_score=ex.max_score,

@@ -42,6 +42,7 @@ from typing import Any
 from attention_course.grading import wire
 from attention_course.grading._driver import HEADER
 from attention_course.grading.compare import NotPlainData, validate_plain
+from attention_course.grading.text import safe_text
 from attention_course.i18n import ENV, language
 
 DRIVER = str(Path(__file__).with_name("_driver.py"))
@@ -547,8 +548,9 @@ class _Session:
         if type(event) is not dict or event.get("nonce") != self.nonce:
             return
         for key in ("error", "message"):  # the random folder name would vary between runs
-            if type(event.get(key)) is str:
-                event[key] = event[key].replace(self.workdir, "<workdir>")
+            if type(event.get(key)) is str:  # and no escape sequence reaches a terminal
+                event[key] = safe_text(event[key].replace(self.workdir, "<workdir>"),
+                                       newlines=False)
         kind, now, a = event.get("event"), time.monotonic(), self.attempt
         if kind == "environment_error" and not a.ready:
             a.environment_error = str(event.get("message"))[:1000]
