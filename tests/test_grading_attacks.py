@@ -59,6 +59,7 @@ try:
 except OSError as error:
     print("abstract socket:", error)
 open("/dev/shm/answers.py", "w").write(code)
+print("sysv shm:", libc.shmget(0x5EED, 4096, 0o1666))  # IPC_CREAT
 import time
 time.sleep(4)  # stay while the reader looks
 """
@@ -92,6 +93,7 @@ try:
     print("abstract socket: connected")
 except OSError as error:
     print("abstract socket:", error)
+print("sysv shm:", libc.shmget(0x5EED, 0, 0))  # -1: not there
 if os.path.exists("/dev/shm/answers.py"):
     found.append(open("/dev/shm/answers.py").read())
 for code in found:
@@ -252,7 +254,7 @@ def test_submissions_cannot_talk_to_each_other(batch, tmp_path):
     reader = _record(batch, "reader")
     assert reader["score"] == 0
     feedback = (batch["out"] / "reader" / f"{EXERCISE}.feedback.txt").read_text("utf-8")
-    assert "found: 0" in feedback
+    assert "found: 0" in feedback and "sysv shm: -1" in feedback
     writer = (batch["out"] / "writer" / f"{EXERCISE}.feedback.txt").read_text("utf-8")
     assert "add_key: -1" in writer and "No locks available" in writer
     # and in a later batch
