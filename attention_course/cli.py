@@ -71,10 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument(
         "--json", action="store_true", help="print the information as JSON"
     )
-    from attention_course.grading.cli import add_grade_parser, add_merge_parser
+    from attention_course.grading.cli import (
+        add_grade_parser,
+        add_merge_parser,
+        add_platform_parsers,
+    )
 
     add_grade_parser(sub)
     add_merge_parser(sub)
+    add_platform_parsers(sub)
     return parser
 
 
@@ -83,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "info":
         return _print_info(args.json)
-    if args.command in ("grade", "merge"):
+    if args.command in ("grade", "merge", "export", "feedback", "report"):
         # attention_course.grading.cli registers these subcommands and sets each
         # one's handler as the parser default ``run``.
         return int(args.run(args))

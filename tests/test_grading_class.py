@@ -114,7 +114,7 @@ def test_regrading_one_notebook_changes_only_its_row(klass, graded, tmp_path):
     after = _snapshot(out)
     changed = {name for name in before if before[name] != after[name]}
     assert changed == {"gradebook.csv", "totals.csv", f"bob/{POOLING}.json",
-                       f"bob/{POOLING}.feedback.txt"}
+                       f"bob/{POOLING}.feedback.txt", "bob/feedback.html", "bob/feedback.md"}
     old_rows, new_rows = _rows(graded / "gradebook.csv"), _rows(out / "gradebook.csv")
     assert [r for r in new_rows if r["student"] != "bob"] == [
         r for r in old_rows if r["student"] != "bob"]

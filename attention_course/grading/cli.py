@@ -106,12 +106,123 @@ def add_grade_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     parser.add_argument("--fresh-process", action="store_true",
                         help="start a new Python for every submission instead of forking it "
                              "from a server that imported torch once (slower)")
+    parser.add_argument("--bundle", type=Path, metavar="DIR",
+                        help="with --out: also zip each student's feedback (its HTML page, "
+                             "Markdown twin and feedback files) into DIR/STUDENT.zip")
+    _lang_option(parser)
+    parser.set_defaults(run=run_grade)
+    return parser
+
+
+def _lang_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lang", choices=LANGUAGES, metavar="LANG",
                         help="the language of the feedback and messages: "
                              f"{', '.join(LANGUAGES)} (default: $ATTENTION_COURSE_LANG, "
                              "else en)")
-    parser.set_defaults(run=run_grade)
-    return parser
+
+
+def add_platform_parsers(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``export`` (grades into Canvas or Moodle), ``feedback`` (the students' pages)
+    and ``report`` (the class's scores at a glance)."""
+    export = subparsers.add_parser(
+        "export", help="write a learning platform's grade-import file (Canvas, Moodle)",
+        description="Write the grade-import CSV of Canvas or Moodle from a gradebook folder "
+        "and a roster (a CSV whose column 'student' names each student's folder, with the "
+        "platform's ids: id, sis_user_id, sis_login_id, section, name for Canvas; email, "
+        "idnumber or username for Moodle). Roster students without a submission and "
+        "submissions without a roster entry are listed.")
+    export.add_argument("grades", type=Path, metavar="GRADES_DIR")
+    export.add_argument("--to", choices=("canvas", "moodle"), required=True)
+    export.add_argument("--roster", type=Path, required=True, metavar="ROSTER.csv")
+    export.add_argument("--out", type=Path, required=True, metavar="FILE")
+    export.add_argument("--moodle-id", choices=("email", "idnumber", "username"),
+                        default="email", help="Moodle: the column that identifies a user")
+    export.add_argument("--column-names", type=Path, metavar="CSV",
+                        help="a CSV of 'exercise,column' rows naming each exercise's column "
+                             "(e.g. a Canvas assignment 'Attention pooling (1234)')")
+    export.set_defaults(run=run_export)
+    pages = subparsers.add_parser(
+        "feedback", help="write each student's feedback page (HTML and Markdown) again",
+        description="Write STUDENT/feedback.html and feedback.md in a gradebook folder from "
+        "its records (grade and merge write them too), optionally zipped per student.")
+    pages.add_argument("grades", type=Path, metavar="GRADES_DIR")
+    pages.add_argument("--bundle", type=Path, metavar="DIR",
+                       help="zip each student's feedback into DIR/STUDENT.zip")
+    _lang_option(pages)
+    pages.set_defaults(run=run_feedback)
+    report = subparsers.add_parser(
+        "report", help="the class's scores per exercise: a table and a figure",
+        description="Print the count, mean, median and range of the scores of every "
+        "exercise in a gradebook folder, and draw their distribution.")
+    report.add_argument("grades", type=Path, metavar="GRADES_DIR")
+    report.add_argument("--out", type=Path, default=None, metavar="FILE.png",
+                        help="the figure (default: GRADES_DIR/scores.png)")
+    _lang_option(report)
+    report.set_defaults(run=run_report)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from attention_course.grading.platforms import RosterError, export, read_roster
+
+    records = gradebook.load(args.grades)
+    if not records:
+        print(f"export: no graded records in {args.grades}", file=sys.stderr)
+        return 2
+    try:
+        names = None
+        if args.column_names is not None:
+            rows = read_column_names(args.column_names)
+            names = dict(rows)
+        result = export(records, read_roster(args.roster), args.to, names, args.moodle_id)
+    except RosterError as error:
+        print(f"export: {error}", file=sys.stderr)
+        return 2
+    gradebook.write_atomic(args.out, result.text)
+    print(f"export: {args.to} grade import for {len(result.exercises)} exercise(s) written "
+          f"to {args.out}")
+    if result.without_submission:
+        print(f"export: in the roster, without a submission (left empty): "
+              f"{', '.join(result.without_submission)}")
+    if result.not_in_roster:
+        print(f"export: graded, but not in the roster (left out): "
+              f"{', '.join(result.not_in_roster)}")
+    return 0
+
+
+def read_column_names(path: Path) -> list[tuple[str, str]]:
+    """The ``exercise,column`` rows of a small CSV (a header row is skipped)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        rows = [r for r in csv.reader(f) if len(r) >= 2]
+    return [(a.strip(), b.strip()) for a, b, *_rest in rows if a.strip() != "exercise"]
+
+
+def run_feedback(args: argparse.Namespace) -> int:
+    from attention_course.grading.feedback_pages import bundle, write_pages
+
+    with using(args.lang):
+        records = gradebook.load(args.grades)
+        written = write_pages(args.grades, records)
+    print(f"feedback: pages for {len(written)} student(s) in {args.grades}")
+    if args.bundle is not None:
+        made = bundle(args.grades, args.bundle)
+        print(f"feedback: {len(made)} bundle(s) in {args.bundle}")
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from attention_course.grading.report import score_figure, summary
+
+    with using(args.lang):
+        records = gradebook.load(args.grades)
+        if not records:
+            print(f"report: no graded records in {args.grades}", file=sys.stderr)
+            return 2
+        print(summary(records))
+        path = score_figure(records, args.out or args.grades / "scores.png")
+    print(f"report: figure written to {path}")
+    return 0
 
 
 def add_merge_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -349,6 +460,8 @@ def _grade(args: argparse.Namespace) -> int:
 
     if args.jobs < 1 or args.timeout <= 0 or args.memory < 1 or args.scratch < 1:
         raise UsageError("--jobs, --memory and --scratch must be >= 1 and --timeout > 0")
+    if args.bundle is not None and not args.out:
+        raise UsageError("--bundle needs --out (the bundles are made from the gradebook)")
     if args.device == "cuda":
         import torch
 
@@ -396,6 +509,10 @@ def _grade(args: argparse.Namespace) -> int:
         existing.update({gradebook.key_of(r.to_json()): r.to_json() for r in graded})
         gradebook.save(args.out, existing,
                        {gradebook.key_of(r.to_json()): feedback_text(r) for r in graded})
+        if args.bundle is not None:
+            from attention_course.grading.feedback_pages import bundle
+
+            bundle(args.out, args.bundle)
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2, ensure_ascii=False))
     else:

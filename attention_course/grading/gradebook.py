@@ -2,8 +2,11 @@
 
 An output folder holds, per student and exercise, ``STUDENT/EXERCISE.json`` (the record
 of DESIGN.md) and ``STUDENT/EXERCISE.feedback.txt``; the JSON files are the truth, and
-``gradebook.csv`` (one row per student and exercise) and ``totals.csv`` (one row per
-student) are made from all of them each time the folder is written. So grading a late
+``gradebook.csv`` (one row per student and exercise), ``totals.csv`` (one row per
+student) and each student's ``feedback.html`` and ``feedback.md`` (every exercise on one
+page) are made from all of them each time the folder is written. Text a submission chose
+is written with its control characters escaped, and a CSV cell a spreadsheet would run
+as a formula is prefixed with ``'``. So grading a late
 notebook into the same folder replaces its row only, and shards graded into separate
 folders merge into one (:func:`merge`). Every file is written atomically.
 """
@@ -106,6 +109,9 @@ def save(folder: Path, records: Mapping[Key, dict[str, Any]],
         save_record(folder, record, (feedback or {}).get(key))
     write_atomic(folder / "gradebook.csv", gradebook_csv(records.values()))
     write_atomic(folder / "totals.csv", totals_csv(records.values()))
+    from attention_course.grading.feedback_pages import write_pages
+
+    write_pages(folder, records)
 
 
 def _exercises(records: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
