@@ -566,6 +566,99 @@ def translate_pairs(
     return out
 
 
+def translate_pairs_with_weights(
+    model: Seq2Seq,
+    pairs: Sequence[tuple[list[str], list[str]]],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    batch_size: int = 256,
+    max_len: int = 30,
+) -> list[Translation]:
+    """:func:`translate_pairs` with each sentence's attention weights, as
+    :func:`translate` gives them: ``weights (T_out + 1, S + 1)`` (rows: the
+    output words and ``<eos>``; columns: the sentence's own source words and
+    ``<eos>``, without the padding of its batch), ``None`` for the
+    fixed-context model. The tokens are those of :func:`translate_pairs`."""
+    device = next(model.parameters()).device
+    out: list[Translation] = []
+    for start in range(0, len(pairs), batch_size):
+        batch = collate(pairs[start : start + batch_size], src_vocab, tgt_vocab)
+        decoded = greedy_decode(
+            model,
+            batch.src.to(device),
+            batch.src_valid_lens.to(device),
+            tgt_vocab.bos_id,
+            tgt_vocab.eos_id,
+            max_len,
+        )
+        weights = None if decoded.weights is None else decoded.weights.cpu()
+        for i, row in enumerate(decoded.ids):
+            tokens = tgt_vocab.decode(row)
+            w = None
+            if weights is not None:
+                n_src = int(batch.src_valid_lens[i])
+                w = weights[i, : min(len(tokens) + 1, weights.shape[1]), :n_src]
+            out.append(Translation(tokens, w))
+    return out
+
+
+def alignment_lexicon() -> dict[str, frozenset[str]]:
+    """The Chinese words of the corpus's grammar that translate one English
+    word each (names, nouns, adjectives, verbs, one-word places and times),
+    with the English forms they translate (``追``: chase, chases, chased).
+    Words with no English counterpart of their own (了, 在, 会, ...) and those
+    of two-word phrases (上 周, *last week*) are left out."""
+    from attention_course.data import translation as tr
+
+    lexicon: dict[str, set[str]] = {}
+
+    def add(chinese: str, *english: str) -> None:
+        lexicon.setdefault(chinese, set()).update(english)
+
+    for table in (tr.NAMES, tr.NOUNS, tr.ADJECTIVES):
+        for english, chinese in table.items():
+            add(chinese, english)
+    for base, (present, past, chinese) in tr.VERBS.items():
+        add(chinese, base, present, past)
+    for words, chinese in tr.PLACES.items():
+        if len(words) == 1:
+            add(chinese, *words)
+    for times in tr.TIMES.values():
+        for words, chinese in times.items():
+            if len(words) == 1 and len(chinese) == 1:
+                add(chinese[0], *words)
+    return {chinese: frozenset(english) for chinese, english in lexicon.items()}
+
+
+def peak_offsets(
+    translation: Translation,
+    src_tokens: Sequence[str],
+    lexicon: dict[str, frozenset[str]],
+) -> list[tuple[str, int, int]]:
+    """Where the attention rows of a translation's content words peak.
+
+    For each output word of ``lexicon`` that occurs once in the translation
+    and whose English counterpart occurs once in ``src_tokens``:
+    ``(word, position of the counterpart, offset)``, the offset being how
+    many source positions after the counterpart the row's largest weight
+    lies (0: on the word it translates, 1: one word late, -1: one early).
+    """
+    if translation.weights is None:
+        raise ValueError("the translation has no attention weights (a "
+                         "fixed-context model)")
+    tokens = translation.tokens
+    found = []
+    for t, word in enumerate(tokens):
+        if word not in lexicon or tokens.count(word) != 1:
+            continue
+        where = [j for j, e in enumerate(src_tokens) if e in lexicon[word]]
+        if len(where) != 1 or t >= translation.weights.shape[0]:
+            continue
+        peak = int(translation.weights[t].argmax())
+        found.append((word, where[0], peak - where[0]))
+    return found
+
+
 # ------------------------------------------------------------------------------
 # Scores
 # ------------------------------------------------------------------------------
@@ -640,6 +733,19 @@ def exact_match(
     return sum(
         list(c) == list(r) for c, r in zip(candidates, references, strict=True)
     ) / len(candidates)
+
+
+def edit_distance(a: Sequence[str], b: Sequence[str]) -> int:
+    """The number of words to insert, delete or replace to turn ``a`` into
+    ``b`` (Levenshtein distance over words)."""
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, start=1):
+        current = [i]
+        for j, y in enumerate(b, start=1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1,
+                               previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]
 
 
 def scores_by_length(
