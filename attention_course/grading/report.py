@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from attention_course.grading.results import _columns
 from attention_course.i18n import _
 
 
@@ -32,9 +33,9 @@ def summary(records: Mapping[Any, Mapping[str, Any]]) -> str:
     for exercise, (scores, top) in scores_by_exercise(records).items():
         rows.append((exercise, str(len(scores)), f"{statistics.mean(scores):.1f}/{top}",
                      f"{statistics.median(scores):g}/{top}", f"{min(scores)}-{max(scores)}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                     for r in rows)
+    widths = [max(_columns(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c + " " * (w - _columns(c)) for c, w in
+                               zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
 def score_figure(records: Mapping[Any, Mapping[str, Any]], path: Path) -> Path:
