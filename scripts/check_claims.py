@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None)
     parser.add_argument("--load", type=int, default=0,
                         help="busy processes to keep running meanwhile")
-    parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
     parser.add_argument("--out", type=Path, default=None,
                         help="keep the executed notebooks here")
     parser.add_argument("--built", nargs="?", const=ROOT / "_build", type=Path, default=None,
