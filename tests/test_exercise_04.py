@@ -254,8 +254,9 @@ def test_every_wrong_prediction_is_explained_without_giving_the_answer():
 def test_prediction_feedback_on_keys_and_spelling():
     assert_named(judge("q3_long", lambda: {"drops_more": "fixed context"}),
                  "return a dict with the keys")
-    result = judge("q3_long", lambda: {"drops_more": "Fixed context",
-                                       "bigger_state": "long sentences"})
+    result = judge("q3_long", lambda: {"drops_more": "Fixed context", "falls_less": "BLEU"})
+    assert_named(result, "not one of the choices", points=1)
+    result = judge("q3_long", lambda: {"drops_more": "fixed context", "falls_less": "bleu"})
     assert_named(result, "not one of the choices", points=1)
     result = judge("q5_padding_predict", lambda: {"size": "grows", "direction": "stays the same"})
     assert_named(result, "zero vectors", points=1)

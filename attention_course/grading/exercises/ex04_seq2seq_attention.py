@@ -8,7 +8,7 @@ Seven questions, one of each kind at least:
 2. ``luong_step`` (debug): a broken version of Luong's "general" attention to fix: the
    current state is the query, the score is bilinear, the softmax runs over the source.
 3. ``long_sentence_prediction`` (predict): which model loses more on long sentences, and
-   where a bigger fixed context would help; the notebook then shows measured numbers.
+   which score falls less there; the notebook then points to the chapter's tables.
 4. ``attention_score_counts`` (derive): how many attention scores one teacher-forced
    batch computes, and how many of them reach the loss.
 5. ``padding_prediction`` (predict): what an unmasked softmax does to a short sentence's
@@ -419,9 +419,8 @@ Q2 = Question(
 
 
 # =========================================================================== question 3
-LONG_CHOICES = ("fixed context", "attention", "both about the same",
-                "short sentences", "long sentences", "nowhere")
-LONG_ANSWER = {"drops_more": "fixed context", "bigger_state": "long sentences"}
+LONG_CHOICES = ("fixed context", "attention", "both about the same", "exact match", "BLEU")
+LONG_ANSWER = {"drops_more": "fixed context", "falls_less": "BLEU"}
 
 
 def _predict(qid: str, symbol: str, title: str, answer: dict[str, str],
@@ -455,18 +454,20 @@ Q3 = _predict(
             "encoder states, so nothing has to survive in one vector from the first word to "
             "the last; which model has to do that?",
         ("drops_more", "both about the same"):
-            "the two models differ exactly in how much of a long sentence must fit in one "
-            "vector of fixed size; think about which one depends on that",
-        ("bigger_state", "short sentences"):
-            "short sentences already fit in 64 numbers (both models translate them almost "
-            "perfectly), so there is little left to gain there",
-        ("bigger_state", "nowhere"):
-            "the fixed context's trouble is its capacity: the same 64 numbers hold a "
-            "3-word and a 20-word sentence; more numbers give the long ones more room",
+            "the models differ exactly in how much of a long sentence must fit in one "
+            "vector of fixed size; think about which of them depends on that",
+        ("falls_less", "exact match"):
+            "exact match is all or nothing: one wrong word of twenty fails the whole "
+            "sentence, and a long sentence has more words to get wrong; think about how the "
+            "other score counts such a translation",
+        ("falls_less", "both about the same"):
+            "the two scores treat a translation with one wrong word very differently: one "
+            "counts it as a failure, the other still finds most of its n-grams in the "
+            "reference",
     },
     hint="The fixed-context decoder sees the source only through one vector of the same "
          "size for every sentence; the attention decoder reads every encoder state again at "
-         "every step.",
+         "every step. Exact match gives a translation credit only when every word is right.",
     section=SECTION_SCORES,
 )
 
