@@ -262,6 +262,30 @@ def test_window_mistakes_not_listed(reference):
     assert_named(result, "'errors'")
 
 
+def test_the_explanation_of_question_5_holds_on_the_checks_cases():
+    """What the solution's explanation says of the check's cases (fixed inputs, so a test,
+    not a reading): every error falls as the window grows, to 0 for the whole row; in the
+    visible cases the local head's is the smaller at every window, and a window short of
+    its row gets below 0.1; with no locality only the whole row does."""
+    spec = EXERCISE.question("q5_window_errors")
+    cases = spec.cases()  # local, no locality, local (held back), no locality (held back)
+    errors = {}
+    for index, case in enumerate(cases):
+        *inputs, windows = case.args
+        answer = spec.reference(*inputs, windows)
+        errors[index] = dict(zip(windows, answer["errors"].tolist(), strict=True))
+        values = list(errors[index].values())
+        assert all(a > b for a, b in zip(values[:-1], values[1:], strict=True))
+        assert values[-1] < 1e-12
+        if index % 2 == 1:
+            assert answer["smallest"] == windows[-1], (index, values)
+    assert 0 < spec.reference(*cases[0].args)["smallest"] < cases[0].args[-1][-1]
+    # the two visible cases: at every window shorter than both rows, the local head's
+    # error is the smaller
+    shared = set(errors[0]) & set(errors[1]) - {max(errors[0]), max(errors[1])}
+    assert shared and all(errors[0][w] < errors[1][w] for w in shared), errors
+
+
 # --------------------------------------------------------------------------- question 6
 def test_debug_question_other_fixes(reference):
     broken = reference["blockwise_attention"]
