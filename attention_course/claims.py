@@ -191,8 +191,11 @@ def _format_got(got: str | Mapping[str, Any]) -> str:
         return got
     parts = []
     for label, value in got.items():
-        value = _plain(value) if not isinstance(value, str) else value
-        text = f"{value:.4g}" if isinstance(value, float) else str(value)
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        elif hasattr(value, "item") and not isinstance(value, (int, float, str)):
+            value = value.item()  # a NumPy number
+        text = f"{value:.4g}" if isinstance(value, float) else str(value)  # nan, inf too
         parts.append(f"{label} {text}")
     return ", ".join(parts)
 

@@ -1,6 +1,6 @@
 """Benchmark: grading throughput, a fresh Python per submission against the fork server.
 
-Grades copies of the seven reference solutions (``--copies`` of each) through the real
+Grades copies of the ten reference solutions (``--copies`` of each) through the real
 grader, sandbox included, in four ways: ``fresh`` (a new Python and torch for every
 submission, as the first edition did) and ``server`` (one process imports torch once and
 forks a fresh child per submission), each with ``--jobs 1`` and ``--jobs 2``. Every time

@@ -113,6 +113,10 @@ def test_the_instructors_edition_shows_solutions_and_explanations(built_book: Pa
     assert status.returncode == 0, (status.stdout + status.stderr)[-4000:]
     html_dir = ROOT / "_build" / "instructor" / "_build" / "html"
     assert (html_dir / "book" / "instructor.html").is_file()
+    from attention_course.claims import notices_in_build
+
+    notices = notices_in_build(html_dir.parent)  # the solutions' readings of their answers
+    assert not notices, [f"{r['notebook']}: {r['name']}: {r['got']}" for r in notices]
     for exercise, lines in _solution_lines().items():
         page = html_dir / "exercises" / "solutions" / f"{exercise}.html"
         source = page.read_text(encoding="utf-8")

@@ -148,3 +148,10 @@ def test_notices_are_found_in_executed_notebooks(tmp_path) -> None:
     found = cl.notices_in_build(tmp_path)
     assert [r["name"] for r in found] == ["x"]
     assert found[0]["notebook"] == "jupyter_execute/book/09_decoding.ipynb"
+
+
+def test_a_reading_that_got_nan_says_so(capsys) -> None:
+    page = cl.Claims("99_test")
+    assert not page.check("nan", False, says="finite", got={"loss": float("nan"),
+                                                            "t": torch.tensor(float("inf"))})
+    assert "loss nan, t inf" in capsys.readouterr().out
