@@ -30,7 +30,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from tqdm.auto import tqdm
 
-from attention_course.device import get_device, seed_everything
+from attention_course.device import get_device
 from attention_course.training import train
 
 
@@ -465,6 +465,19 @@ def _cross_entropy(
     return F.cross_entropy(model(x), y)
 
 
+def _seed_all(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators with ``seed`` as it is
+    (unlike :func:`~attention_course.device.seed_everything`, which adds the
+    seed base: a seed handed to a function is already shifted)."""
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
 def train_variants(
     attentions: Sequence[str],
     seeds: Sequence[int],
@@ -484,7 +497,10 @@ def train_variants(
 
     ``train_data`` and ``test_data`` are ``(images (N, C, H, W), labels
     (N,))``. A seed fixes the initial weights and the order of the batches;
-    the data stay the same. Adam at learning rate ``lr``, cross-entropy, the
+    the data stay the same. The seeds are used as given: pass an
+    experiment's seed list (:func:`~attention_course.claims.course_seeds`),
+    already shifted by ``ATTENTION_COURSE_SEED_BASE``; they are not shifted
+    again here. Adam at learning rate ``lr``, cross-entropy, the
     course's :func:`~attention_course.training.train` loop; the test accuracy
     is measured after every epoch (no model selection: each run keeps its
     last weights). ``cnn`` goes to :class:`SmallCNN` (``attend``, ``width``,
@@ -507,7 +523,7 @@ def train_variants(
     try:
         for attention in attentions:
             for seed in seeds:
-                seed_everything(seed)
+                _seed_all(seed)
                 model = SmallCNN(x.shape[1], num_classes, attention, **cnn)
                 model.to(device)
                 optimizer = torch.optim.Adam(model.parameters(), lr=lr)

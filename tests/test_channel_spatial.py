@@ -466,6 +466,20 @@ def test_train_variants_is_reproducible_for_a_seed():
     assert first[0].losses == second[0].losses
 
 
+def test_train_variants_uses_its_seeds_as_given(monkeypatch):
+    # the seeds come from course_seeds, already shifted by the seed base: the
+    # seed base must not shift them a second time
+    data = make_object_images(64, seed=5)
+    args = (["none"], [7], (data.images, data.labels), (data.images, data.labels))
+    options = dict(epochs=1, lr=1e-2, progress=False, device="cpu", attend="input")
+    monkeypatch.delenv("ATTENTION_COURSE_SEED_BASE", raising=False)
+    unshifted = train_variants(*args, **options)
+    monkeypatch.setenv("ATTENTION_COURSE_SEED_BASE", "100")
+    with_base = train_variants(*args, **options)
+    assert with_base[0].seed == 7
+    assert with_base[0].losses == unshifted[0].losses
+
+
 def test_train_variants_rejects_mismatched_data():
     x, y = torch.zeros(4, 3, 8, 8), torch.zeros(5, dtype=torch.long)
     with pytest.raises(ValueError, match=r"\(4, 3, 8, 8\) and \(5,\)"):
