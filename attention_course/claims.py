@@ -193,9 +193,11 @@ def _format_got(got: str | Mapping[str, Any]) -> str:
     for label, value in got.items():
         if isinstance(value, torch.Tensor) and value.numel() == 1:
             value = value.item()
-        elif hasattr(value, "item") and not isinstance(value, (int, float, str)):
+        elif hasattr(value, "item") and not isinstance(value,
+                                                       (int, float, str)):
             value = value.item()  # a NumPy number
-        text = f"{value:.4g}" if isinstance(value, float) else str(value)  # nan, inf too
+        # nan and inf format too
+        text = f"{value:.4g}" if isinstance(value, float) else str(value)
         parts.append(f"{label} {text}")
     return ", ".join(parts)
 

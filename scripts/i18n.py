@@ -162,9 +162,13 @@ _MARKUP = re.compile(
 _ROLE_TEXT = re.compile(r"^(\{[\w:-]+\}`)[^`<]*<([^`>]*)>`$")
 # A glue role in a translation names its page (``{glue:text}`page.ipynb::key```):
 # translated text is parsed apart from the notebook, so only a reference to the
-# page's glue store finds the value.
+# page's glue store finds the value. MyST-NB reads a {glue:text} role's last colon
+# as the start of its format, so one that names its page needs a format (``:s``
+# at least), or the page is read as the key.
 _GLUE_PAGE = re.compile(r"^(\{glue(?::\w+)?\}`)[^`:]+\.ipynb::")
 _GLUE_LOCAL = re.compile(r"\{glue(?::\w+)?\}`(?![^`]*::)")
+_GLUE_TEXT_NO_FORMAT = re.compile(r"\{glue:text\}`[^`:]+\.ipynb::[^`:]+`")
+_PLAIN_FORMAT = re.compile(r"^(\{glue:text\}`[^`:]+):s`$")
 
 
 def markup(text: str) -> list[str]:
@@ -172,8 +176,8 @@ def markup(text: str) -> list[str]:
     maths, link targets, inline HTML, footnotes), sorted. A role's visible text
     may be translated: of {term}`text <target>` only the role and the target
     count."""
-    return sorted(_GLUE_PAGE.sub(r"\1", _ROLE_TEXT.sub(r"\1<\2>`", part))
-                  for part in _MARKUP.findall(text))
+    return sorted(_PLAIN_FORMAT.sub(r"\1`", _GLUE_PAGE.sub(
+        r"\1", _ROLE_TEXT.sub(r"\1<\2>`", part))) for part in _MARKUP.findall(text))
 
 
 def lint(paths: list[Path]) -> list[str]:
@@ -190,6 +194,11 @@ def lint(paths: list[Path]) -> list[str]:
                 found.append(f"{path.name}: {str(m.id)[:60]!r}: a glue role in a "
                              f"translation must name its page, as in "
                              f"{{glue:text}}`{path.stem}.ipynb::key`")
+            if m.id and m.string and _GLUE_TEXT_NO_FORMAT.search(m.string):
+                found.append(f"{path.name}: {str(m.id)[:60]!r}: a glue:text role "
+                             f"that names its page needs a format (MyST-NB reads "
+                             f"the last colon as its start): "
+                             f"{{glue:text}}`{path.stem}.ipynb::key:s`")
             if m.id and m.string and markup(m.id) != markup(m.string):
                 lost = set(markup(m.id)) - set(markup(m.string))
                 added = set(markup(m.string)) - set(markup(m.id))

@@ -1022,9 +1022,12 @@ def _record_for(records, path):
     return matches[0]
 
 
-def test_cli_grade_json_lists_every_submission_and_exits_zero(graded):
+def test_cli_grade_json_lists_every_submission_and_exits_three(graded):
+    """Exit status 3: graded, with some submissions refused (the corrupted file and the
+    one that is not JSON); 0 would mean every file was a notebook, 1 a grader failure."""
     proc = graded["proc"]
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "2 submission(s) could not be graded" in proc.stderr, proc.stderr[-3000:]
     records = _records(graded)
     assert len(records) == len(graded["paths"])
     for path in graded["paths"]:  # one object per submission (in any order)

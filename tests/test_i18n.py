@@ -58,6 +58,22 @@ def test_a_glue_role_in_a_translation_must_name_its_page(tmp_path: Path) -> None
     assert len(found) == 1 and "must name its page" in found[0] and "Accuracy" in found[0]
 
 
+def test_a_glue_role_that_names_its_page_carries_a_format(tmp_path: Path) -> None:
+    """MyST-NB splits a {glue:text} role at its last colon: ``page.ipynb::key`` alone
+    would look up the key ``page.ipynb:`` (a warning, so the -W build fails)."""
+    from babel.messages.catalog import Catalog
+    from babel.messages.pofile import write_po
+
+    catalog = Catalog(locale="zh_CN")
+    catalog.add("Yes: {glue:text}`higher`.", "是：{glue:text}`03_masks.ipynb::higher`。")
+    catalog.add("So {glue:text}`word`.", "所以 {glue:text}`03_masks.ipynb::word:s`。")
+    path = tmp_path / "03_masks.po"
+    with open(path, "wb") as f:
+        write_po(f, catalog)
+    found = i18n.lint([path])
+    assert len(found) == 1 and "needs a format" in found[0] and "Yes" in found[0]
+
+
 @pytest.mark.slow
 def test_the_chinese_edition_is_built_and_pages_link_to_their_twins(
         built_book: Path) -> None:
