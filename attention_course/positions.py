@@ -383,7 +383,7 @@ class ExtrapolationSetup:
     num_heads: int = 4
     num_layers: int = 2
     d_ff: int = 64
-    steps: int = 300
+    steps: int = 250
     batch_size: int = 64
     lr: float = 1e-2
     eval_every: int = 50
