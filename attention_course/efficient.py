@@ -38,7 +38,12 @@ single convention: ``True`` where attention is allowed.
 from __future__ import annotations
 
 import ctypes
+import json
 import math
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -48,7 +53,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from attention_course.masking import causal_mask
+from attention_course.masking import causal_mask, scaled_dot_product_attention
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt() parameter number
@@ -590,7 +595,10 @@ def peak_memory(fn: Callable[[], object],
     allocates many medium blocks (blockwise attention); the first call therefore
     sets that threshold to 128 KiB (``mallopt(M_MMAP_THRESHOLD)``, the same as
     ``MALLOC_MMAP_THRESHOLD_=131072``), so large blocks go back to the system
-    when freed.
+    when freed, for the rest of the process. That makes the process's later
+    work slower (every large block is faulted in page by page again): to time
+    code in the same process, measure its memory with :class:`StepMemory`,
+    which does it in a process of its own.
     """
     device = torch.device(device)
     if device.type == "cuda":
@@ -605,10 +613,160 @@ def peak_memory(fn: Callable[[], object],
         raise RuntimeError(f"peak_memory measures CUDA devices, or the CPU on "
                            f"Linux; got device {device}")
     try:
-        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, 131072)
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, 131072)
+        # free memory kept from earlier work: not resident, not reused free
+        libc.malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: measure as it is
         pass
     clear_refs.write_text("5")
     before, _ = _resident_kib()
     fn()
     return (_resident_kib()[1] - before) / 1024
+
+
+STEP_PATHS = ("explicit", "blockwise", "fused")
+
+
+def _attention_step(path: str, n: int, heads: int, head_dim: int,
+                    block_size: int, device: torch.device | str
+                    ) -> Callable[[], None]:
+    """One training step of attention on random ``(1, heads, n, head_dim)``
+    inputs: forward, ``.sum().backward()``, gradients dropped."""
+    if path not in STEP_PATHS:
+        raise ValueError(f"path must be one of {', '.join(STEP_PATHS)}, got "
+                         f"{path!r}")
+    _check_count("n", n, 1)
+    _check_count("block_size", block_size, 1)
+    generator = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (torch.randn(1, heads, n, head_dim, device=device,
+                           generator=generator, requires_grad=True)
+               for _ in range(3))
+
+    def attend() -> Tensor:
+        if path == "explicit":
+            return scaled_dot_product_attention(q, k, v)[0]
+        if path == "blockwise":
+            return flash_attention(q, k, v, block_size=block_size)
+        return F.scaled_dot_product_attention(q, k, v)
+
+    def step() -> None:
+        attend().sum().backward()
+        q.grad = k.grad = v.grad = None
+
+    return step
+
+
+def _serve_step_memory() -> None:
+    """The child of :class:`StepMemory`: one request a line on stdin
+    (``{"path", "n", "heads", "head_dim", "block_size"}``), one answer a line
+    on stdout (``{"mib": ...}`` or ``{"error": ...}``)."""
+    # the parent's Ctrl-C (or its kernel's interrupt) is the parent's: this
+    # process ends when its stdin closes
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+    if threads > 0:
+        torch.set_num_threads(threads)
+    out = sys.stdout
+    sys.stdout = sys.stderr  # nothing else may write to the answers
+    for path in STEP_PATHS:  # first calls load kernels: not part of a reading
+        _attention_step(path, 64, 2, 16, 32, "cpu")()
+    print(json.dumps({"ready": True}), file=out, flush=True)
+    for line in sys.stdin:
+        try:
+            request = json.loads(line)
+            step = _attention_step(request["path"], request["n"],
+                                   request["heads"], request["head_dim"],
+                                   request["block_size"], "cpu")
+            answer = {"mib": peak_memory(step)}
+            del step
+        except Exception as error:  # reported to the parent, which raises
+            answer = {"error": f"{type(error).__name__}: {error}"}
+        print(json.dumps(answer), file=out, flush=True)
+
+
+class StepMemory:
+    """Peak memory, in MiB, of one training step of attention (forward and
+    backward) on random inputs: ``memory(path, n, block_size=128)``.
+
+    ``path`` is ``"explicit"``
+    (:func:`attention_course.masking.scaled_dot_product_attention`),
+    ``"blockwise"`` (:func:`flash_attention` with ``block_size``) or
+    ``"fused"`` (:func:`torch.nn.functional.scaled_dot_product_attention`), on
+    inputs ``(1, heads, n, head_dim)`` in float32.
+
+    On a CUDA ``device`` the step runs here and :func:`peak_memory` reads
+    PyTorch's count. On the CPU it runs in a Python process of its own, started
+    at the first call, with as many threads as this one, that reads the growth
+    of its peak resident set (:func:`peak_memory`) with glibc's malloc set to
+    give every block of 128 KiB or more pages of its own
+    (``MALLOC_MMAP_THRESHOLD_=131072``): set in this process, that would slow
+    down everything it times afterwards, since every such block would be
+    faulted in page by page again. Use it as a context manager, or
+    :meth:`close` it.
+    """
+
+    def __init__(self, device: torch.device | str = "cpu", heads: int = 8,
+                 head_dim: int = 64) -> None:
+        _check_count("heads", heads, 1)
+        _check_count("head_dim", head_dim, 1)
+        self.device = torch.device(device)
+        if self.device.type not in ("cpu", "cuda"):
+            raise RuntimeError(f"StepMemory measures CUDA devices, or the CPU "
+                               f"on Linux; got device {self.device}")
+        self.heads, self.head_dim = heads, head_dim
+        self._child: subprocess.Popen | None = None
+
+    def __call__(self, path: str, n: int, block_size: int = 128) -> float:
+        if self.device.type == "cuda":
+            return peak_memory(_attention_step(path, n, self.heads,
+                                               self.head_dim, block_size,
+                                               self.device), self.device)
+        if path not in STEP_PATHS:
+            raise ValueError(f"path must be one of {', '.join(STEP_PATHS)}, "
+                             f"got {path!r}")
+        child = self._start()
+        request = {"path": path, "n": n, "heads": self.heads,
+                   "head_dim": self.head_dim, "block_size": block_size}
+        child.stdin.write(json.dumps(request) + "\n")
+        child.stdin.flush()
+        answer = self._read(child)
+        if "error" in answer:
+            raise RuntimeError(f"StepMemory: {answer['error']}")
+        return answer["mib"]
+
+    def _start(self) -> subprocess.Popen:
+        if self._child is not None and self._child.poll() is None:
+            return self._child
+        if not Path("/proc/self/clear_refs").exists():
+            raise RuntimeError("StepMemory measures the CPU on Linux only")
+        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072",
+               "OMP_NUM_THREADS": str(torch.get_num_threads())}
+        self._child = subprocess.Popen(
+            [sys.executable, "-c",
+             "from attention_course.efficient import _serve_step_memory; "
+             "_serve_step_memory()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self._read(self._child)  # ready
+        return self._child
+
+    @staticmethod
+    def _read(child: subprocess.Popen) -> dict:
+        line = child.stdout.readline()
+        if not line:
+            raise RuntimeError(f"StepMemory: the measuring process ended "
+                               f"(exit status {child.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        """End the measuring process, if one runs."""
+        if self._child is not None:
+            self._child.stdin.close()
+            self._child.wait()
+            self._child = None
+
+    def __enter__(self) -> StepMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

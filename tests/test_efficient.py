@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from attention_course import efficient
 from attention_course.efficient import (
+    StepMemory,
     attention_bytes,
     attention_flops,
     block_schedule,
@@ -239,6 +240,26 @@ def test_peak_memory_is_honest_when_freed_blocks_are_reused():
                          text=True, check=True).stdout
     for reading in map(float, out.split()):
         assert 31 <= reading <= 40
+
+
+@LINUX_PROC
+def test_step_memory_is_measured_in_a_process_of_its_own():
+    """Linear for the blockwise path, quadratic for the explicit one, as in a fresh
+    process."""
+    with StepMemory(heads=2, head_dim=32) as memory:
+        small, large = memory("blockwise", 1024), memory("blockwise", 4096)
+        explicit = memory("explicit", 2048)
+        assert memory._child is not None and memory._child.poll() is None
+        with pytest.raises(ValueError, match="path must be one of"):
+            memory("sparse", 64)
+        with pytest.raises(RuntimeError, match="block_size must be a positive int"):
+            memory("blockwise", 64, block_size=0)
+        child = memory._child
+    assert child.poll() is not None  # closed with the context
+    assert 2.5 * small < large < 6 * small  # linear: x4; keeping the weights would be x16
+    assert explicit > 5 * large  # at half the length: (1, 2, 2048, 2048) weights, 32 MiB each
+    assert memory("fused", 1024) > 0  # a closed StepMemory starts a new process
+    memory.close()
 
 
 # ---------------------------------------------------------------- the pieces
