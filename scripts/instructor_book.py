@@ -5,7 +5,9 @@ exercise is followed by its reference solution (``exercises/solutions/NN_name.ip
 each answer's code folded away behind a toggle (cells tagged ``hide-input``) and each
 question's explanation in a dropdown, plus a page for instructors. The learner's
 book never lists these notebooks. The chapters' executed outputs come from the learner
-book's execution cache, so only the solutions run. Output: ``_build/instructor/_build/html``.
+book's execution cache, so only the exercises run: the solutions, and the exercises as
+handed out, which the learner's book shows without outputs (they would give answers
+away). Output: ``_build/instructor/_build/html``.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ def instructor_toc(toc: dict) -> dict:
 
 def main() -> int:
     title = f"{read_yaml('_config.yml')['title']} (instructor's edition)"
-    status, html = build("instructor", derived_config(title=title, language_switch=False),
-                         toc=instructor_toc(read_yaml("_toc.yml")))
+    config = derived_config(title=title, language_switch=False)
+    config["execute"]["exclude_patterns"] = []  # the exercises with their outputs, too
+    status, html = build("instructor", config, toc=instructor_toc(read_yaml("_toc.yml")))
     if status == 0:
         print(f"\nThe instructor's edition is at: {html / 'index.html'}")
     return status

@@ -105,6 +105,48 @@ def test_the_learners_book_holds_no_solution(built_book: Path) -> None:
                                f"{exercise}: {leaked[:3]}"
 
 
+def _exercise_names() -> list[str]:
+    names = sorted(p.stem for p in (ROOT / "exercises").glob("[0-9]*.ipynb"))
+    assert len(names) == 10, names
+    return names
+
+
+def _shows_outputs(page: Path) -> bool:
+    return "cell_output" in page.read_text(encoding="utf-8")
+
+
+def test_the_learners_exercise_pages_give_no_answer_away(built_book: Path) -> None:
+    """Executed, an exercise prints what its predict and debug questions ask the learner to
+    work out (the NaNs of a broken attention, a table of results, the names of the bugs),
+    so both editions of the learner's book show the exercises as handed out: code cells
+    without outputs. The chapters keep theirs."""
+    for edition in (built_book, built_book / "zh_CN"):
+        for name in _exercise_names():
+            page = edition / "exercises" / f"{name}.html"
+            source = page.read_text(encoding="utf-8")
+            assert "cell_input" in source, f"{page}: no code cell shown"
+            assert not _shows_outputs(page), f"{page.relative_to(built_book)} shows outputs"
+        assert _shows_outputs(edition / "book" / "01_attention_pooling.html")
+
+
+def test_every_reference_links_to_its_paper(built_book: Path) -> None:
+    """Each entry of ``references.bib`` carries a DOI, an arXiv id or a URL, and the
+    references page links to it."""
+    bib = (ROOT / "references.bib").read_text(encoding="utf-8")
+    entries = re.findall(r"@\w+\{(\w+),(.*?)\n\}", bib, re.S)
+    assert len(entries) > 40
+    prefix = {"doi": "https://doi.org/", "eprint": "https://arxiv.org/abs/", "url": ""}
+    targets = {}
+    for key, body in entries:
+        found = re.search(r"^\s*(doi|eprint|url)\s*=\s*\{([^}]+)\}", body, re.M)
+        assert found, f"{key}: no DOI, arXiv id or URL"
+        targets[key] = prefix[found.group(1)] + found.group(2)
+    page = (built_book / "book" / "references.html").read_text(encoding="utf-8")
+    links = {html.unescape(link) for link in re.findall(r'href="([^"]+)"', page)}
+    missing = {key: target for key, target in targets.items() if target not in links}
+    assert not missing, f"the references page does not link to {missing}"
+
+
 def test_the_instructors_edition_shows_solutions_and_explanations(built_book: Path) -> None:
     """``make instructor-book`` builds (after the learner's book, sharing its cache) a book
     whose exercise pages fold each answer away and explain each question in a dropdown."""
@@ -124,6 +166,9 @@ def test_the_instructors_edition_shows_solutions_and_explanations(built_book: Pa
         assert "tag_hide-input" in source, f"{exercise}: answers are not folded away"
         assert source.count("<details") >= 1 and "Explanation" in text, exercise
         assert any(line in text for line in lines), f"{exercise}: no solution code shown"
+        assert _shows_outputs(page), f"{exercise}: the solution is shown without outputs"
+        assert _shows_outputs(html_dir / "exercises" / f"{exercise}.html"), (
+            f"{exercise}: the instructor's edition shows the exercise without outputs")
 
 
 def test_every_reading_of_the_text_holds(built_book: Path) -> None:
