@@ -22,6 +22,7 @@ import pytest
 from grading_helpers import EXERCISE, SOLUTION, learner_cells, solution_cells, write_notebook
 
 from attention_course.grading.cli import main as grade_main
+from attention_course.grading.sandbox import PACKAGE_ROOT
 
 # The per-submission time limit of these batches. Honest work here takes a second or two;
 # a few hostile submissions (walking the whole file system, touching memory until the
@@ -457,9 +458,11 @@ def test_fallback_without_namespaces(tmp_path):
 
     paths = _submissions(tmp_path, tmp_path / "out")
     limits = Limits(timeout=TIMEOUT, question_timeout=3, namespaces=False)
-    if os.geteuid() == 0 and not _readable_by_nobody(sys.base_prefix):
+    needed = (sys.base_prefix, sys.prefix, PACKAGE_ROOT)  # Python, the venv, the course
+    if os.geteuid() == 0 and not all(_readable_by_nobody(p) for p in needed):
         # as root the child runs as nobody; with no mount namespace to show it Python
-        # (here in a private folder) the grader must say so, not hand out zeros
+        # or the venv (here in a private folder) the grader must say so, not hand out
+        # zeros
         with pytest.raises(GraderError, match="cannot read .* run the grader as a normal user"):
             grade_notebook(paths["solution"], limits=limits)
         return
