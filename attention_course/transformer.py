@@ -6,10 +6,14 @@ feed-forward network, the encoder and decoder layers and their stacks, and the
 whole encoder-decoder model with scaled token embeddings, an output layer tied
 to the target embedding, training on targets shifted right, and greedy decoding.
 
-Part II adds options to the same model: the position scheme (``positional``: the
-sinusoidal table by default, a learned table, RoPE, ALiBi, or none; see
-:mod:`attention_course.positions`), grouped-query attention (``num_kv_heads``),
-and a KV cache for decoding (:mod:`attention_course.decoding`).
+Part II plugs into the same model: position schemes by name (``positional``:
+this chapter's sinusoidal table by default, or none; chapter 8's
+:mod:`attention_course.positions` registers a learned table, RoPE and ALiBi
+with :func:`register_position_scheme`), grouped-query attention
+(``num_kv_heads``), and a KV cache for decoding (chapter 9's
+:mod:`attention_course.decoding` plugs its cache in with
+:func:`register_decoder_cache`; any object that holds a
+:class:`~attention_course.multihead.KeyValueCache` pair per layer will do).
 
 Add & norm is **post-norm** as in the paper (``LayerNorm(x + Sublayer(x))``)
 unless ``norm_first=True`` asks for pre-norm (``x + Sublayer(LayerNorm(x))``),
@@ -21,18 +25,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention_course.decoding import DecoderCache, KVCache
-from attention_course.multihead import MultiHeadAttention
-from attention_course.positions import LearnedPositionalEmbedding
+from attention_course.multihead import (
+    AttentionPositions,
+    KeyValueCache,
+    MultiHeadAttention,
+)
 
 Weights = list[Tensor]
 NextToken = Callable[[Tensor], Tensor]
-POSITIONAL = ("sinusoidal", "learned", "rope", "alibi", "none")
 
 
 def sinusoidal_positional_encoding(num_positions: int, d_model: int,
@@ -122,19 +128,20 @@ class AddNorm(nn.Module):
 class EncoderLayer(nn.Module):
     """Multi-head self-attention, add & norm, feed-forward network, add & norm.
 
-    ``num_kv_heads`` and ``positional`` (``None``, ``"rope"`` or ``"alibi"``)
-    are passed to the self-attention
+    ``num_kv_heads`` and ``positions`` (an
+    :class:`~attention_course.multihead.AttentionPositions` or ``None``) are
+    passed to the self-attention
     (:class:`~attention_course.multihead.MultiHeadAttention`).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.0, norm_first: bool = False,
                  num_kv_heads: int | None = None,
-                 positional: str | None = None) -> None:
+                 positions: AttentionPositions | None = None) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout,
                                             num_kv_heads=num_kv_heads,
-                                            positional=positional)
+                                            positions=positions)
         self.add_norm1 = AddNorm(d_model, dropout, norm_first)
         self.ffn = PositionWiseFFN(d_model, d_ff, dropout)
         self.add_norm2 = AddNorm(d_model, dropout, norm_first)
@@ -160,19 +167,19 @@ class DecoderLayer(nn.Module):
     """Masked (causal) self-attention, cross-attention to the encoder's output,
     FFN; each followed by add & norm.
 
-    ``num_kv_heads`` is passed to both attentions, ``positional`` (``None``,
-    ``"rope"`` or ``"alibi"``) to the self-attention only: source and target
-    positions do not compare.
+    ``num_kv_heads`` is passed to both attentions, ``positions`` (an
+    :class:`~attention_course.multihead.AttentionPositions` or ``None``) to the
+    self-attention only: source and target positions do not compare.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.0, norm_first: bool = False,
                  num_kv_heads: int | None = None,
-                 positional: str | None = None) -> None:
+                 positions: AttentionPositions | None = None) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout,
                                             num_kv_heads=num_kv_heads,
-                                            positional=positional)
+                                            positions=positions)
         self.add_norm1 = AddNorm(d_model, dropout, norm_first)
         self.cross_attn = MultiHeadAttention(d_model, num_heads,
                                              dropout=dropout,
@@ -183,7 +190,7 @@ class DecoderLayer(nn.Module):
 
     def forward(self, y: Tensor, memory: Tensor,
                 memory_mask: Tensor | None = None, need_weights: bool = False,
-                cache: tuple[KVCache, KVCache] | None = None
+                cache: tuple[KeyValueCache, KeyValueCache] | None = None
                 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """``y (B, T, d_model)`` the target so far, ``memory (B, S, d_model)``
         the encoder's output, ``memory_mask`` broadcastable to
@@ -220,11 +227,11 @@ class Encoder(nn.Module):
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.0, norm_first: bool = False,
                  num_kv_heads: int | None = None,
-                 positional: str | None = None) -> None:
+                 positions: AttentionPositions | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
             EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first,
-                         num_kv_heads, positional)
+                         num_kv_heads, positions)
             for _ in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
@@ -247,18 +254,18 @@ class Decoder(nn.Module):
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.0, norm_first: bool = False,
                  num_kv_heads: int | None = None,
-                 positional: str | None = None) -> None:
+                 positions: AttentionPositions | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
             DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first,
-                         num_kv_heads, positional)
+                         num_kv_heads, positions)
             for _ in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
 
     def forward(self, y: Tensor, memory: Tensor,
                 memory_mask: Tensor | None = None, need_weights: bool = False,
-                cache: DecoderCache | None = None
+                cache: StackCache | None = None
                 ) -> tuple[Tensor, Weights, Weights]:
         """``y (B, T, d_model)`` ->
         ``(y, [self weights per layer], [cross weights per layer])``.
@@ -276,6 +283,61 @@ class Decoder(nn.Module):
         return self.final_norm(y), self_weights, cross_weights
 
 
+class StackCache(Protocol):
+    """The caches of a decoder stack (chapter 9's
+    :class:`~attention_course.decoding.DecoderCache` is one): per layer,
+    ``layers[i] = (self-attention cache, cross-attention cache)``, and
+    ``len(cache)``, the number of target positions decoded so far."""
+
+    layers: list[tuple[KeyValueCache, KeyValueCache]]
+
+    def __len__(self) -> int:
+        ...
+
+
+class PositionScheme(NamedTuple):
+    """How positions enter a :class:`Transformer`: ``table(max_len, d_model)``
+    makes a module that adds a vector per position to the embeddings (called
+    as ``table(x, offset)``), ``in_attention()`` an
+    :class:`~attention_course.multihead.AttentionPositions` for every
+    self-attention; either may be ``None``."""
+
+    table: Callable[[int, int], nn.Module] | None = None
+    in_attention: Callable[[], AttentionPositions] | None = None
+
+
+POSITION_SCHEMES: dict[str, PositionScheme] = {
+    "sinusoidal": PositionScheme(
+        table=lambda max_len, d_model: PositionalEncoding(d_model, max_len)),
+    "none": PositionScheme(),  # no position information at all (ablations)
+}
+
+
+def register_position_scheme(name: str, scheme: PositionScheme) -> None:
+    """Make ``positional=name`` available to :class:`Transformer` (chapter 8
+    registers ``"learned"``, ``"rope"`` and ``"alibi"``)."""
+    POSITION_SCHEMES[name] = scheme
+
+
+def position_scheme(name: str) -> PositionScheme:
+    """The registered scheme called ``name``; a clear error for others."""
+    if name not in POSITION_SCHEMES:
+        raise ValueError(
+            f"positional must be one of {sorted(POSITION_SCHEMES)}, got "
+            f"{name!r} (chapter 8's 'learned', 'rope' and 'alibi' are "
+            f"registered when attention_course.positions is imported)")
+    return POSITION_SCHEMES[name]
+
+
+_DECODER_CACHE: list[Callable[[int], StackCache]] = []
+
+
+def register_decoder_cache(factory: Callable[[int], StackCache]) -> None:
+    """Give :meth:`Transformer.new_cache` its cache: ``factory(num_layers)``
+    (chapter 9 registers :class:`~attention_course.decoding.DecoderCache`)."""
+    _DECODER_CACHE[:] = [factory]
+
+
 class Transformer(nn.Module):
     """The encoder-decoder Transformer for sequence-to-sequence tasks such as
     translation.
@@ -287,13 +349,13 @@ class Transformer(nn.Module):
     target embedding matrix (weight tying). ``num_decoder_layers`` defaults to
     ``num_layers``. Sequences are at most ``max_len`` tokens long.
 
-    ``positional`` chooses how positions enter: ``"sinusoidal"`` (the default:
-    the paper's table added to the embeddings), ``"learned"`` (a trainable
-    table, :class:`~attention_course.positions.LearnedPositionalEmbedding`),
-    ``"rope"`` or ``"alibi"`` (inside every self-attention, with no table added;
-    cross-attention gets none), or ``"none"`` (no position information at all,
-    for ablations). ``num_kv_heads`` makes every attention grouped-query (``1``:
-    multi-query).
+    ``positional`` names how positions enter (:data:`POSITION_SCHEMES`):
+    ``"sinusoidal"`` (the default: the paper's table added to the embeddings)
+    or ``"none"`` (no position information at all, for ablations); with
+    :mod:`attention_course.positions` imported also ``"learned"`` (a trainable
+    table), ``"rope"`` or ``"alibi"`` (inside every self-attention, with no
+    table added; cross-attention gets none). ``num_kv_heads`` makes every
+    attention grouped-query (``1``: multi-query).
     """
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int,
@@ -304,28 +366,22 @@ class Transformer(nn.Module):
                  positional: str = "sinusoidal",
                  num_kv_heads: int | None = None) -> None:
         super().__init__()
-        if positional not in POSITIONAL:
-            raise ValueError(f"positional must be one of {POSITIONAL}, "
-                             f"got {positional!r}")
+        scheme = position_scheme(positional)
         self.d_model, self.pad_id, self.max_len = d_model, pad_id, max_len
         self.positional = positional
         self.src_embedding = nn.Embedding(src_vocab_size, d_model)
         self.tgt_embedding = nn.Embedding(tgt_vocab_size, d_model)
-        # rope, alibi, none: no table added to the embeddings
-        table: nn.Module | None = None
-        if positional == "sinusoidal":
-            table = PositionalEncoding(d_model, max_len)
-        elif positional == "learned":
-            table = LearnedPositionalEmbedding(max_len, d_model)
-        self.positional_encoding = table
+        self.positional_encoding = (None if scheme.table is None
+                                    else scheme.table(max_len, d_model))
         self.embedding_dropout = nn.Dropout(dropout)
-        in_attention = positional if positional in ("rope", "alibi") else None
+        positions = (None if scheme.in_attention is None
+                     else scheme.in_attention())
         self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout,
-                               norm_first, num_kv_heads, in_attention)
+                               norm_first, num_kv_heads, positions)
         self.decoder = Decoder(
             num_layers if num_decoder_layers is None else num_decoder_layers,
             d_model, num_heads, d_ff, dropout, norm_first, num_kv_heads,
-            in_attention,
+            positions,
         )
         self.output = nn.Linear(d_model, tgt_vocab_size)
         # tied: one matrix, used both ways
@@ -357,15 +413,19 @@ class Transformer(nn.Module):
         return self.encoder(self.embed(src_ids, self.src_embedding),
                             self.source_mask(src_ids), need_weights)
 
-    def new_cache(self) -> DecoderCache:
-        """An empty KV cache for :meth:`decode`: per decoder layer, a
-        self-attention cache that grows by the new positions at every call and a
-        cross-attention cache that holds the memory's keys and values, projected
-        at the first call."""
-        return DecoderCache(len(self.decoder.layers))
+    def new_cache(self) -> StackCache:
+        """An empty KV cache for :meth:`decode` (the one chapter 9 registers):
+        per decoder layer, a self-attention cache that grows by the new
+        positions at every call and a cross-attention cache that holds the
+        memory's keys and values, projected at the first call."""
+        if not _DECODER_CACHE:
+            raise RuntimeError("no KV cache is registered: import "
+                               "attention_course.decoding (chapter 9), or "
+                               "decode with use_cache=False")
+        return _DECODER_CACHE[0](len(self.decoder.layers))
 
     def decode(self, tgt_ids: Tensor, memory: Tensor, src_ids: Tensor,
-               need_weights: bool = False, cache: DecoderCache | None = None
+               need_weights: bool = False, cache: StackCache | None = None
                ) -> tuple[Tensor, Weights, Weights]:
         """Logits ``(B, T, tgt_vocab_size)`` for decoder input
         ``tgt_ids (B, T)``, and the decoder's self- and cross-attention weights
@@ -431,19 +491,21 @@ class Transformer(nn.Module):
         (unless ``max_len`` steps ran out; at most, and by default,
         ``self.max_len - 1``) followed by ``pad_id``. The encoder runs once.
         Without the cache every step feeds the decoder all tokens so far; with
-        it, only the newest token, whose keys and values join the cache, while
-        the memory's keys and values are projected only once.
+        it (chapter 9's, registered when :mod:`attention_course.decoding` is
+        imported; without it, the same ids the slow way), only the newest
+        token, whose keys and values join the cache, while the memory's keys
+        and values are projected only once.
         """
         max_len = (self.max_len - 1 if max_len is None
                    else min(max_len, self.max_len - 1))
         memory, _ = self.encode(src_ids)
-        cache = self.new_cache() if use_cache else None
+        cache = self.new_cache() if use_cache and _DECODER_CACHE else None
         ys = torch.full((src_ids.size(0), 1), bos_id, dtype=torch.long,
                         device=src_ids.device)
         done = torch.zeros(src_ids.size(0), dtype=torch.bool,
                            device=src_ids.device)
         for _ in range(max_len):
-            logits = self.decode(ys[:, -1:] if use_cache else ys, memory,
+            logits = self.decode(ys if cache is None else ys[:, -1:], memory,
                                  src_ids, cache=cache)[0][:, -1]
             next_ids = next_token(logits).masked_fill(done, self.pad_id)
             ys = torch.cat([ys, next_ids[:, None]], dim=1)

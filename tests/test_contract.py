@@ -1,6 +1,7 @@
-"""Held-out checks of the *Public API contract* in DESIGN.md, written from the outside.
+"""Held-out checks of the *Public API contract* in docs/ARCHITECTURE.md, written from
+the outside.
 
-Every name is called with exactly the signature DESIGN.md writes down (positional and
+Every name is called with exactly the signature the contract writes down (positional and
 keyword), and every stated shape, dtype, meaning and equivalence is checked against an
 independent, hand-written formula or against PyTorch's own implementation. Modules that
 are not there yet are skipped; a module that is there must meet the contract in full.

@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import attention_course.positions  # noqa: F401  (registers rope, alibi)
 from attention_course.decoding import (
     DecoderCache,
     KVCache,
@@ -52,7 +53,7 @@ class TableModel:
 
     def decode(self, tgt_ids, memory, src_ids, cache=None):
         tokens = tgt_ids.float()[:, None, :, None]
-        held, _ = cache.append(tokens, tokens)
+        held, _ = cache.update(tokens, tokens)
         rows = []
         for src, prefix in zip(src_ids.tolist(), held[:, 0, :, 0].long().tolist(), strict=True):
             probs = torch.tensor(self.table(tuple(src), tuple(prefix[1:])), dtype=torch.float64)
@@ -99,9 +100,9 @@ def _per_source(src, prefix):
 def test_kv_cache_appends_and_reorders():
     cache = KVCache()
     assert len(cache) == 0 and cache.nbytes == 0
-    keys, values = cache.append(torch.zeros(3, 2, 1, 4), torch.ones(3, 2, 1, 4))
+    keys, values = cache.update(torch.zeros(3, 2, 1, 4), torch.ones(3, 2, 1, 4))
     assert keys.shape == (3, 2, 1, 4)
-    keys, values = cache.append(torch.arange(3.0)[:, None, None, None].expand(3, 2, 2, 4),
+    keys, values = cache.update(torch.arange(3.0)[:, None, None, None].expand(3, 2, 2, 4),
                                 torch.ones(3, 2, 2, 4))
     assert len(cache) == 3 and keys.shape == (3, 2, 3, 4) and values.shape == (3, 2, 3, 4)
     assert cache.nbytes == 2 * 3 * 2 * 3 * 4 * 4
@@ -114,8 +115,8 @@ def test_decoder_cache_length_and_reorder():
     assert len(cache) == 0 and len(cache.layers) == 2
     for self_cache, cross_cache in cache.layers:
         assert not self_cache.static and cross_cache.static
-        self_cache.append(torch.zeros(2, 1, 3, 4), torch.zeros(2, 1, 3, 4))
-        cross_cache.append(torch.arange(2.0)[:, None, None, None].expand(2, 1, 5, 4),
+        self_cache.update(torch.zeros(2, 1, 3, 4), torch.zeros(2, 1, 3, 4))
+        cross_cache.update(torch.arange(2.0)[:, None, None, None].expand(2, 1, 5, 4),
                            torch.zeros(2, 1, 5, 4))
     assert len(cache) == 3
     cache.reorder(torch.tensor([1, 1]))
@@ -342,7 +343,7 @@ def test_decoding_on_cuda(positional):
 
 def test_kv_heads_experiment_trains_and_translates():
     from attention_course.data.translation import make_translation_corpus
-    from attention_course.decoding import (
+    from attention_course.experiments.decoding import (
         KVHeadsSetup,
         kv_heads_experiment,
         translate,

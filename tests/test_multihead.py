@@ -12,6 +12,7 @@ from torch import nn
 from attention_course.decoding import KVCache
 from attention_course.masking import causal_mask, padding_mask
 from attention_course.multihead import MultiHeadAttention, merge_heads, split_heads
+from attention_course.positions import ALiBi, Rotary
 
 PROPERTY = settings(max_examples=30, deadline=None)
 
@@ -392,7 +393,8 @@ def test_bad_num_kv_heads_raise(kv_heads):
 def test_cached_steps_equal_full_causal_attention(positional, kv_heads, need_weights):
     """Feeding 3 tokens, then 1, then 2, through a cache gives the full causal result."""
     torch.manual_seed(3)
-    module = MultiHeadAttention(16, 4, num_kv_heads=kv_heads, positional=positional)
+    positions = {None: None, "rope": Rotary(), "alibi": ALiBi()}[positional]
+    module = MultiHeadAttention(16, 4, num_kv_heads=kv_heads, positions=positions)
     x = torch.randn(2, 6, 16, generator=_gen(25))
     expected, expected_w = module(x, x, x, is_causal=True, need_weights=True)
     cache = KVCache()
@@ -449,16 +451,16 @@ def test_cache_errors():
     with pytest.raises(ValueError, match=r"do not continue the cached.*\(1, 2, 2, 4\)"):
         module(torch.randn(3, 1, 8), torch.randn(3, 1, 8), torch.randn(3, 1, 8), cache=cache)
     static = KVCache(static=True)
-    static.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    static.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
     with pytest.raises(ValueError, match="filled once"):
-        static.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+        static.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
 
 
 # --- the previous-and-partner task of section 5.4 ------------------------------
 
 
 def test_lookup_batch_pairs_every_colour_and_sets_the_targets():
-    from attention_course.multihead import IGNORE, lookup_batch
+    from attention_course.experiments.multihead import IGNORE, lookup_batch
 
     batch = lookup_batch(50, length=10, num_values=5, generator=_gen(0))
     assert all(t.shape == (50, 10) for t in batch)
@@ -477,7 +479,7 @@ def test_lookup_batch_pairs_every_colour_and_sets_the_targets():
 
 
 def test_lookup_batch_rejects_bad_sizes():
-    from attention_course.multihead import lookup_batch
+    from attention_course.experiments.multihead import lookup_batch
 
     with pytest.raises(ValueError, match="even length"):
         lookup_batch(4, length=7)
@@ -486,7 +488,7 @@ def test_lookup_batch_rejects_bad_sizes():
 
 
 def test_lookup_model_shapes_and_input_check():
-    from attention_course.multihead import LookupModel, lookup_batch, lookup_loss
+    from attention_course.experiments.multihead import LookupModel, lookup_batch, lookup_loss
 
     torch.manual_seed(0)
     model = LookupModel(num_heads=4, embed_dim=16, length=8, num_values=6)
@@ -503,7 +505,7 @@ def test_lookup_model_shapes_and_input_check():
 
 
 def test_head_diversity_is_zero_for_equal_heads_and_one_for_disjoint_ones():
-    from attention_course.multihead import head_diversity
+    from attention_course.experiments.multihead import head_diversity
 
     same = torch.rand(2, 1, 5, 5).softmax(-1).expand(2, 3, 5, 5)
     assert head_diversity(same).item() == pytest.approx(0.0, abs=1e-7)
@@ -519,7 +521,7 @@ def test_head_diversity_is_zero_for_equal_heads_and_one_for_disjoint_ones():
 
 
 def test_head_roles_measure_weight_on_the_previous_token_and_the_partner():
-    from attention_course.multihead import head_roles, lookup_batch
+    from attention_course.experiments.multihead import head_roles, lookup_batch
 
     batch = lookup_batch(4, length=6, generator=_gen(2))
     n = 6
@@ -535,7 +537,7 @@ def test_head_roles_measure_weight_on_the_previous_token_and_the_partner():
 
 
 def test_train_lookup_learns_and_records_validation():
-    from attention_course.multihead import head_count_experiment, lookup_batch
+    from attention_course.experiments.multihead import head_count_experiment, lookup_batch
 
     validation = lookup_batch(64, length=6, num_values=4, generator=_gen(3))
     threads = torch.get_num_threads()

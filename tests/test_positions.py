@@ -11,26 +11,32 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attention_course.masking import causal_mask, padding_mask
-from attention_course.multihead import MultiHeadAttention
-from attention_course.positions import (
+from attention_course.experiments.positions import (
     IGNORE,
     CausalTransformer,
     ExtrapolationSetup,
-    LearnedPositionalEmbedding,
-    RelativePositionBias,
     accuracy_by_position,
-    alibi_bias,
-    alibi_slopes,
     label_loss,
     latest_value_task,
     length_extrapolation,
+    train_scheme,
+)
+from attention_course.masking import causal_mask, padding_mask
+from attention_course.multihead import MultiHeadAttention
+from attention_course.positions import (
+    ALiBi,
+    LearnedPositionalEmbedding,
+    RelativePositionBias,
+    Rotary,
+    alibi_bias,
+    alibi_slopes,
     relative_distances,
     relative_position_bucket,
     rotary_embedding,
-    train_scheme,
 )
 from attention_course.transformer import Transformer, translation_loss
+
+IN_ATTENTION = {"rope": Rotary(), "alibi": ALiBi()}
 
 PROPERTY = settings(max_examples=30, deadline=None)
 
@@ -271,7 +277,8 @@ def _rope_by_hand(module: MultiHeadAttention, query, key, value, mask, causal):
 def test_positional_attention_fused_and_explicit_paths_agree(seed, positional, n, heads, causal,
                                                              mask_kind, kv_heads):
     torch.manual_seed(seed)
-    module = MultiHeadAttention(heads * 4, heads, positional=positional, num_kv_heads=kv_heads)
+    module = MultiHeadAttention(heads * 4, heads, positions=IN_ATTENTION[positional],
+                                num_kv_heads=kv_heads)
     x = torch.randn(2, n, heads * 4)
     mask = None
     if mask_kind == "padding":  # key 0 stays, so no row is fully masked
@@ -292,7 +299,7 @@ def test_positional_attention_fused_and_explicit_paths_agree(seed, positional, n
 @pytest.mark.parametrize("causal", [False, True])
 def test_rope_attention_equals_rotating_by_hand(causal):
     torch.manual_seed(0)
-    module = MultiHeadAttention(16, 2, positional="rope")
+    module = MultiHeadAttention(16, 2, positions=Rotary())
     x, y = torch.randn(2, 5, 16, generator=_gen(5)), torch.randn(2, 5, 16, generator=_gen(6))
     mask = padding_mask(torch.tensor([5, 3]), 5)[:, None, None, :]
     expected = _rope_by_hand(module, x, y, y, mask, causal)
@@ -306,7 +313,7 @@ def test_rope_attention_equals_rotating_by_hand(causal):
 @pytest.mark.parametrize("bool_mask", [False, True])
 def test_alibi_attention_equals_the_bias_as_a_float_mask(causal, bool_mask):
     torch.manual_seed(2)
-    module = MultiHeadAttention(16, 4, positional="alibi")
+    module = MultiHeadAttention(16, 4, positions=ALiBi())
     plain = MultiHeadAttention(16, 4)
     plain.load_state_dict(module.state_dict())
     x = torch.randn(2, 6, 16, generator=_gen(8))
@@ -321,11 +328,12 @@ def test_alibi_attention_equals_the_bias_as_a_float_mask(causal, bool_mask):
     assert torch.all(weights[1, ..., 4:] == 0)
 
 
-def test_positional_option_errors():
-    with pytest.raises(ValueError, match="positional must be one of"):
-        MultiHeadAttention(8, 2, positional="sinusoidal")
-    with pytest.raises(ValueError, match="head_dim .* = 3 must be even"):
-        MultiHeadAttention(6, 2, positional="rope")
+def test_positions_option_errors():
+    with pytest.raises(ValueError, match="positions must be None or an AttentionPositions"):
+        MultiHeadAttention(8, 2, positions="rope")
+    x = torch.randn(1, 4, 6)
+    with pytest.raises(ValueError, match=r"even d; got shape \(1, 2, 4, 3\)"):
+        MultiHeadAttention(6, 2, positions=Rotary())(x, x, x)
 
 
 # ---------------------------------------------------------------- in the Transformer
@@ -365,9 +373,10 @@ def test_transformer_position_tables():
         torch.testing.assert_close(model.embed(ids, model.tgt_embedding),
                                    model.tgt_embedding(ids) * 4.0)
     rope = make("rope")
-    assert rope.encoder.layers[0].self_attn.positional == "rope"
-    assert rope.decoder.layers[0].self_attn.positional == "rope"
-    assert rope.decoder.layers[0].cross_attn.positional is None
+    assert isinstance(rope.encoder.layers[0].self_attn.positions, Rotary)
+    assert isinstance(rope.decoder.layers[0].self_attn.positions, Rotary)
+    assert rope.decoder.layers[0].cross_attn.positions is None
+    assert isinstance(make("alibi").encoder.layers[0].self_attn.positions, ALiBi)
     with pytest.raises(ValueError, match="positional must be one of"):
         make("relative")
 
@@ -459,8 +468,8 @@ def test_causal_transformer_schemes_share_their_start():
             torch.testing.assert_close(state[name], value, msg=f"{scheme} {name}")
     learned = setup.model("learned", 3)
     assert learned.table.table.weight.shape == (21, setup.d_model)
-    assert setup.model("rope", 3).layers.layers[0].self_attn.positional == "rope"
-    assert setup.model("sinusoidal", 3).layers.layers[0].self_attn.positional is None
+    assert isinstance(setup.model("rope", 3).layers.layers[0].self_attn.positions, Rotary)
+    assert setup.model("sinusoidal", 3).layers.layers[0].self_attn.positions is None
     with pytest.raises(ValueError, match="positional must be one of"):
         setup.model("t5", 0)
 

@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+import attention_course.decoding  # noqa: F401  (registers chapter 9's KV cache)
+import attention_course.positions  # noqa: F401  (registers learned, rope, alibi)
 from attention_course.masking import padding_mask
 from attention_course.multihead import MultiHeadAttention
 from attention_course.transformer import (
@@ -397,3 +399,33 @@ def test_decode_with_cache_checks_max_len():
     with pytest.raises(ValueError, match="length 2 after 3 cached positions, more than max_len=4"):
         model.decode(torch.tensor([[7, 8]]), memory, src, cache=cache)
     assert model.greedy_decode(src, 1, 12).shape == (1, 3)  # max_len - 1 new tokens at most
+
+
+def test_without_chapter_9_greedy_decoding_recomputes_and_gives_the_same_ids():
+    """Chapter 6 imports no later chapter: until attention_course.decoding registers its
+    KV cache, new_cache() says what to import and generate() recomputes every step."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, torch\n"
+        "from attention_course.transformer import Transformer\n"
+        "assert 'attention_course.decoding' not in sys.modules\n"
+        "torch.manual_seed(0)\n"
+        "model = Transformer(9, 9, 16, 2, 1, 32, max_len=8).eval()\n"
+        "src = torch.randint(3, 9, (2, 5))\n"
+        "try:\n"
+        "    model.new_cache()\n"
+        "except RuntimeError as error:\n"
+        "    assert 'import attention_course.decoding' in str(error), error\n"
+        "else:\n"
+        "    raise AssertionError('new_cache() without chapter 9')\n"
+        "alone = model.greedy_decode(src, 1, 2)\n"
+        "import attention_course.decoding\n"
+        "assert type(model.new_cache()).__name__ == 'DecoderCache'\n"
+        "assert torch.equal(alone, model.greedy_decode(src, 1, 2))\n"
+        "assert torch.equal(alone, model.greedy_decode(src, 1, 2, use_cache=False))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
