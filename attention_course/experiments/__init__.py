@@ -1,0 +1,5 @@
+"""The chapters' experiments: training runs over seeds, measurements and the
+tables of their results, one module per chapter (``experiments.seq2seq`` for
+chapter 4, ...). The concept modules of :mod:`attention_course` hold the
+models and never import these; an experiment imports its own chapter's module
+and earlier ones."""
