@@ -27,7 +27,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from attention_course.data import translation as tr
+from attention_course.data import grammar
 from attention_course.data.translation import (
     TranslationBatch,
     Vocab,
@@ -224,15 +224,15 @@ def alignment_lexicon() -> dict[str, frozenset[str]]:
     def add(chinese: str, *english: str) -> None:
         lexicon.setdefault(chinese, set()).update(english)
 
-    for table in (tr.NAMES, tr.NOUNS, tr.ADJECTIVES):
+    for table in (grammar.NAMES, grammar.NOUNS, grammar.ADJECTIVES):
         for english, chinese in table.items():
             add(chinese, english)
-    for base, (present, past, chinese) in tr.VERBS.items():
+    for base, (present, past, chinese) in grammar.VERBS.items():
         add(chinese, base, present, past)
-    for words, chinese in tr.PLACES.items():
+    for words, chinese in grammar.PLACES.items():
         if len(words) == 1:
             add(chinese, *words)
-    for times in tr.TIMES.values():
+    for times in grammar.TIMES.values():
         for words, chinese in times.items():
             if len(words) == 1 and len(chinese) == 1:
                 add(chinese[0], *words)
