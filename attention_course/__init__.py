@@ -1,8 +1,10 @@
 """Attention, from kernels to Transformers: the course's companion package.
 
 One module per chapter (``kernel_regression``, ``scoring``, ``masking``,
-``seq2seq``, ``multihead``, ``transformer``, ``channel_spatial``) and a few
-shared helpers (``data``, ``plotting``, ``training``, ``device``, ``grading``).
+``seq2seq``, ``multihead``, ``transformer``, ``channel_spatial``, ...), the
+chapters' experiments in ``experiments`` (``experiments.seq2seq``, ...) and a
+few shared helpers (``data``, ``metrics``, ``plotting``, ``training``,
+``device``, ``grading``).
 Import the module you need, for example
 ``from attention_course import kernel_regression``.
 """

@@ -12,8 +12,8 @@ Three ways to compute the same exact attention on ``(B, H, N, d)`` inputs, fp32:
 forward+backward, round-robin within a run; each time is reported as a ratio to ``sdpa``
 in the same round (the median over rounds), so a busy machine slows both alike. Peak
 memory is measured for all three in a child process, with
-:func:`attention_course.efficient.peak_memory` (the growth of the resident set during one
-step; Linux only).
+:func:`attention_course.experiments.efficient.peak_memory` (the growth of the resident set
+during one step; Linux only).
 
 Run: ``python benchmarks/efficient_bench.py`` (on a shared machine wrap it in
 ``flock /tmp/attn-cpu.lock``). Writes ``benchmarks/results/efficient_bench.json`` and
@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 from attention_bench import _length_axis, time_once
 
-from attention_course.efficient import flash_attention, peak_memory
+from attention_course.efficient import flash_attention
+from attention_course.experiments.efficient import peak_memory
 from attention_course.masking import scaled_dot_product_attention
 
 TIMED = ("flash", "sdpa")

@@ -1,4 +1,4 @@
-"""Tests for attention_course.channel_spatial and the chapter 7 image data."""
+"""Tests for attention_course.channel_spatial, its experiment and the chapter 7 image data."""
 
 from __future__ import annotations
 
@@ -15,16 +15,15 @@ from attention_course.channel_spatial import (
     SmallCNN,
     SpatialAttention,
     SqueezeExcitation,
-    accuracy,
     center_surround_saliency,
     convolution_as_attention,
     mass_in_boxes,
     max_pool_as_attention,
     peak_in_boxes,
     squeeze,
-    train_variants,
 )
 from attention_course.data.images import OBJECT_SIZE, load_digits_images, make_object_images
+from attention_course.experiments.channel_spatial import accuracy, train_variants
 
 PROPERTY = settings(max_examples=25, deadline=None)
 

@@ -7,10 +7,10 @@ import re
 import pytest
 import torch
 
+from attention_course.data import grammar as gr
 from attention_course.data import translation as tr
+from attention_course.data.grammar import Clause, NounPhrase
 from attention_course.data.translation import (
-    Clause,
-    NounPhrase,
     Vocab,
     collate,
     make_loader,
@@ -30,14 +30,14 @@ def _alt(words) -> str:
     return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
 
 
-_NP = rf"(?:{_alt(tr.NAMES)}|the(?: (?:{_alt(tr.ADJECTIVES)})){{0,2}} (?:{_alt(tr.NOUNS)}))"
-_PRESENT = {forms[0]: base for base, forms in tr.VERBS.items()}
-_PAST = {forms[1]: base for base, forms in tr.VERBS.items()}
-_PLACES = {" ".join(k): v for k, v in tr.PLACES.items()}
-_TIMES = {" ".join(k): (tense, v) for tense, d in tr.TIMES.items() for k, v in d.items()}
+_NP = rf"(?:{_alt(gr.NAMES)}|the(?: (?:{_alt(gr.ADJECTIVES)})){{0,2}} (?:{_alt(gr.NOUNS)}))"
+_PRESENT = {forms[0]: base for base, forms in gr.VERBS.items()}
+_PAST = {forms[1]: base for base, forms in gr.VERBS.items()}
+_PLACES = {" ".join(k): v for k, v in gr.PLACES.items()}
+_TIMES = {" ".join(k): (tense, v) for tense, d in gr.TIMES.items() for k, v in d.items()}
 _SENTENCE = re.compile(
     rf"^(?P<subj>{_NP}) "
-    rf"(?:(?P<aux>does|did|will) (?P<neg>not )?(?P<base>{_alt(tr.VERBS)})"
+    rf"(?:(?P<aux>does|did|will) (?P<neg>not )?(?P<base>{_alt(gr.VERBS)})"
     rf"|(?P<finite>{_alt(list(_PRESENT) + list(_PAST))})) "
     rf"(?P<obj>{_NP})"
     rf"(?: with (?P<comp>{_NP}))?"
@@ -48,15 +48,15 @@ _SENTENCE = re.compile(
 
 def _np_chinese(np_text: str) -> list[str]:
     words = np_text.split()
-    if words[0] in tr.NAMES:
-        return [tr.NAMES[words[0]]]
+    if words[0] in gr.NAMES:
+        return [gr.NAMES[words[0]]]
     assert words[0] == "the"
     adjectives = words[1:-1]
-    order = list(tr.ADJECTIVES)
+    order = list(gr.ADJECTIVES)
     assert adjectives == sorted(adjectives, key=order.index), "adjectives out of order"
-    groups = [i for a in adjectives for i, g in enumerate(tr.ADJECTIVE_GROUPS) if a in g]
+    groups = [i for a in adjectives for i, g in enumerate(gr.ADJECTIVE_GROUPS) if a in g]
     assert len(set(groups)) == len(groups), f"two adjectives of one group: {np_text}"
-    return [tr.ADJECTIVES[a] for a in adjectives] + [tr.NOUNS[words[-1]]]
+    return [gr.ADJECTIVES[a] for a in adjectives] + [gr.NOUNS[words[-1]]]
 
 
 def expected_chinese(english: list[str]) -> list[str]:
@@ -89,8 +89,8 @@ def expected_chinese(english: list[str]) -> list[str]:
     if m["comp"]:
         zh += ["和", *_np_chinese(m["comp"]), "一起"]
     if m["place"]:
-        zh += ["在"] + ([tr.ADJECTIVES[m["padj"]]] if m["padj"] else []) + [_PLACES[m["place"]]]
-    zh.append(tr.VERBS[verb][2])
+        zh += ["在"] + ([gr.ADJECTIVES[m["padj"]]] if m["padj"] else []) + [_PLACES[m["place"]]]
+    zh.append(gr.VERBS[verb][2])
     if tense == "past" and not negated:
         zh.append("了")
     return zh + _np_chinese(m["obj"])

@@ -1,5 +1,6 @@
-"""Tests for attention_course.efficient: exact blockwise attention, sliding windows, linear
-attention and the measuring helpers."""
+"""Tests for chapter 10: exact blockwise attention and sliding windows
+(attention_course.efficient), linear attention (attention_course.linear_attention) and the
+measuring helpers (attention_course.experiments.efficient)."""
 
 from __future__ import annotations
 
@@ -18,21 +19,22 @@ from hypothesis import strategies as st
 
 from attention_course import efficient
 from attention_course.efficient import (
-    StepMemory,
-    attention_bytes,
-    attention_flops,
     block_schedule,
-    elu_feature_map,
     flash_attention,
-    linear_attention,
     log_sum_exp,
     online_softmax_update,
-    peak_memory,
     recompute_probabilities,
     sliding_window_mask,
     softmax_backward,
+)
+from attention_course.experiments.efficient import (
+    StepMemory,
+    attention_bytes,
+    attention_flops,
+    peak_memory,
     time_round_robin,
 )
+from attention_course.linear_attention import elu_feature_map, linear_attention
 from attention_course.masking import causal_mask, scaled_dot_product_attention
 from attention_course.multihead import split_heads
 
@@ -180,7 +182,8 @@ def test_backward_keeps_no_quadratic_tensor():
 
 _PEAK_CODE = """
 import sys, torch
-from attention_course.efficient import flash_attention, peak_memory
+from attention_course.efficient import flash_attention
+from attention_course.experiments.efficient import peak_memory
 from attention_course.masking import scaled_dot_product_attention
 n, path = int(sys.argv[1]), sys.argv[2]
 def qkv(m):
@@ -229,7 +232,7 @@ def test_peak_memory_is_honest_when_freed_blocks_are_reused():
     reused, and a second identical step would read as nearly free. Needs a fresh process."""
     code = (
         "import torch\n"
-        "from attention_course.efficient import peak_memory\n"
+        "from attention_course.experiments.efficient import peak_memory\n"
         "def step():\n"
         "    kept = [torch.ones(2**20) for _ in range(8)]  # 8 blocks of 4 MiB\n"
         "step()\n"

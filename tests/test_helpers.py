@@ -72,14 +72,14 @@ def test_heatmap_labels_and_errors() -> None:
 def test_cjk_labels_fall_back_to_positions_without_a_font(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(plotting, "cjk_font_name", lambda: None)
+    monkeypatch.setattr(plotting.labels, "cjk_font_name", lambda: None)
     assert plotting.safe_labels(["我", "想", "eat"]) == ["#0", "#1", "#2"]
     assert plotting.safe_labels(["Tom", "chases"]) == ["Tom", "chases"]
     assert plotting.safe_text("汤姆", "Tom") == "Tom"
 
 
 def test_cjk_labels_kept_with_a_font(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plotting, "cjk_font_name", lambda: "Noto Sans CJK SC")
+    monkeypatch.setattr(plotting.labels, "cjk_font_name", lambda: "Noto Sans CJK SC")
     assert plotting.safe_labels(["我", "想"]) == ["我", "想"]
 
 

@@ -9,8 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attention_course import metrics
 from attention_course import seq2seq as s2s
 from attention_course.data.translation import make_translation_corpus
+from attention_course.experiments import seq2seq as experiment
 from attention_course.scoring import AdditiveScore, BilinearScore
 from attention_course.training import train
 
@@ -128,7 +130,7 @@ def test_step_by_step_decoding_matches_teacher_forcing(attention, kwargs):
     """Greedy decoding one step at a time equals one teacher-forced pass over its own output."""
     model = _model(attention, seed=1, **kwargs)
     src, lens = _batch([6, 3, 8], seed=2)
-    decoded = s2s.greedy_decode(model, src, lens, bos_id=1, eos_id=2, max_len=7)
+    decoded = experiment.greedy_decode(model, src, lens, bos_id=1, eos_id=2, max_len=7)
     steps = decoded.ids.shape[1]
     assert decoded.ids.shape[0] == 3 and 1 <= steps <= 7
     tgt_in = torch.cat([torch.ones(3, 1, dtype=torch.long), decoded.ids[:, :-1]], dim=1)
@@ -147,10 +149,10 @@ def test_greedy_decode_stops_when_every_row_has_ended():
         model.decoder.output.bias.fill_(-100.0)
         model.decoder.output.bias[2] = 100.0  # always predict <eos> = 2
     src, lens = _batch([3, 5])
-    decoded = s2s.greedy_decode(model, src, lens, bos_id=1, eos_id=2, max_len=10)
+    decoded = experiment.greedy_decode(model, src, lens, bos_id=1, eos_id=2, max_len=10)
     assert decoded.ids.tolist() == [[2], [2]]
     with pytest.raises(ValueError, match="max_len"):
-        s2s.greedy_decode(model, src, lens, bos_id=1, eos_id=2, max_len=0)
+        experiment.greedy_decode(model, src, lens, bos_id=1, eos_id=2, max_len=0)
 
 
 def test_luong_queries_with_the_current_state_and_feeds_the_attentional_state():
@@ -213,16 +215,16 @@ def test_sequence_loss_ignores_padding():
     logits = torch.randn(2, 4, 5)
     tgt_out = torch.tensor([[1, 2, 3, 0], [4, 0, 0, 0]])
     lens = torch.tensor([3, 1])
-    loss = s2s.sequence_loss(logits, tgt_out, lens)
+    loss = experiment.sequence_loss(logits, tgt_out, lens)
     real = [(0, 0), (0, 1), (0, 2), (1, 0)]
     expected = sum(-torch.log_softmax(logits[b, t], -1)[tgt_out[b, t]] for b, t in real) / len(real)
     torch.testing.assert_close(loss, expected)
     changed = logits.clone()
     changed[0, 3] += 50.0
     changed[1, 1:] -= 50.0
-    torch.testing.assert_close(s2s.sequence_loss(changed, tgt_out, lens), loss)
+    torch.testing.assert_close(experiment.sequence_loss(changed, tgt_out, lens), loss)
     with pytest.raises(ValueError, match="need logits"):
-        s2s.sequence_loss(logits, tgt_out[:, :3], lens)
+        experiment.sequence_loss(logits, tgt_out[:, :3], lens)
 
 
 def test_a_tiny_attention_model_learns():
@@ -233,7 +235,7 @@ def test_a_tiny_attention_model_learns():
     )
     history = train(
         model,
-        s2s.seq2seq_loss,
+        experiment.seq2seq_loss,
         corpus.loader(batch_size=32),
         epochs=8,
         lr=0.01,
@@ -241,7 +243,7 @@ def test_a_tiny_attention_model_learns():
         progress=False,
     )
     assert sum(history[-5:]) / 5 < 0.5 * sum(history[:5]) / 5
-    out = s2s.translate(model, corpus.train[0][0], corpus.src_vocab, corpus.tgt_vocab)
+    out = experiment.translate(model, corpus.train[0][0], corpus.src_vocab, corpus.tgt_vocab)
     assert out.weights.shape == (
         min(len(out.tokens) + 1, 30),
         len(corpus.train[0][0]) + 1,
@@ -255,21 +257,21 @@ def test_a_tiny_attention_model_learns():
 def test_modified_precision_papineni_example():
     # Papineni et al. (2002): "the" x 7 against "the cat is on the mat" -> 2/7
     candidate = ["the"] * 7
-    assert s2s.modified_precision(candidate, "the cat is on the mat".split(), 1) == (2, 7)
-    assert s2s.modified_precision("a b a b".split(), "a b c".split(), 2) == (1, 3)
+    assert metrics.modified_precision(candidate, "the cat is on the mat".split(), 1) == (2, 7)
+    assert metrics.modified_precision("a b a b".split(), "a b c".split(), 2) == (1, 3)
 
 
 def test_bleu_hand_worked():
     ref = "a b c d e".split()
-    assert s2s.sentence_bleu(ref, ref) == pytest.approx(1.0)
+    assert metrics.sentence_bleu(ref, ref) == pytest.approx(1.0)
     # all n-grams match, but the candidate is short: BP = exp(1 - 5/4)
-    assert s2s.sentence_bleu("a b c d".split(), ref) == pytest.approx(math.exp(-0.25))
+    assert metrics.sentence_bleu("a b c d".split(), ref) == pytest.approx(math.exp(-0.25))
     # p1 = 4/5, p2 = 2/4 (a b, d e), p3 = 0/3
     cand = "a b x d e".split()
-    assert s2s.sentence_bleu(cand, ref, max_n=2) == pytest.approx(math.sqrt(0.8 * 0.5))
-    assert s2s.sentence_bleu(cand, ref) == 0.0
+    assert metrics.sentence_bleu(cand, ref, max_n=2) == pytest.approx(math.sqrt(0.8 * 0.5))
+    assert metrics.sentence_bleu(cand, ref) == 0.0
     # a longer candidate gets no brevity bonus: p1 = 5/6, p2 = 4/5, BP = 1
-    assert s2s.sentence_bleu("a b c d e e".split(), ref, max_n=2) == pytest.approx(
+    assert metrics.sentence_bleu("a b c d e e".split(), ref, max_n=2) == pytest.approx(
         math.sqrt(5 / 6 * 4 / 5)
     )
 
@@ -278,21 +280,21 @@ def test_corpus_bleu_pools_counts_over_sentences():
     cands = [["a", "b", "c"], ["d", "e"]]
     refs = [["a", "b", "c"], ["d", "f"]]
     # p1 = (3 + 1) / 5, p2 = (2 + 0) / 3, r = c = 5
-    assert s2s.corpus_bleu(cands, refs, max_n=2) == pytest.approx(math.sqrt(4 / 5 * 2 / 3))
+    assert metrics.corpus_bleu(cands, refs, max_n=2) == pytest.approx(math.sqrt(4 / 5 * 2 / 3))
     with pytest.raises(ValueError, match="as many candidates"):
-        s2s.corpus_bleu(cands, refs[:1])
+        metrics.corpus_bleu(cands, refs[:1])
     with pytest.raises(ValueError, match="max_n"):
-        s2s.corpus_bleu(cands, refs, max_n=0)
+        metrics.corpus_bleu(cands, refs, max_n=0)
 
 
 def test_exact_match_and_buckets():
     refs = [["汤姆", "追", "杰瑞"], ["a", "b"], ["x"]]
-    assert s2s.exact_match([["汤姆", "追", "杰瑞"], ["a"], ["x"]], refs) == pytest.approx(2 / 3)
+    assert metrics.exact_match([["汤姆", "追", "杰瑞"], ["a"], ["x"]], refs) == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="as many candidates"):
-        s2s.exact_match([], [])
+        metrics.exact_match([], [])
     pairs = [(["w"] * n, ["z"] * n) for n in (3, 4, 8, 16)]
     preds = [["z"] * 3, ["z"] * 3, ["z"] * 8, ["z"] * 16]
-    rows = s2s.scores_by_length(pairs, preds)
+    rows = metrics.scores_by_length(pairs, preds)
     assert [(r["length"], r["n"]) for r in rows] == [
         ("3-6", 2),
         ("7-10", 1),
@@ -301,27 +303,27 @@ def test_exact_match_and_buckets():
     ]
     assert rows[0]["exact_match"] == pytest.approx(0.5)
     assert rows[-1]["exact_match"] == pytest.approx(0.75)
-    assert "exact match" in s2s.format_table(rows, title="t")
+    assert "exact match" in metrics.format_table(rows, title="t")
 
 
 def test_mean_std_and_the_table_over_seeds():
-    assert s2s.mean_std([1.0, 3.0]) == (2.0, 1.0)
-    assert s2s.mean_std([0.5]) == (0.5, 0.0)
+    assert metrics.mean_std([1.0, 3.0]) == (2.0, 1.0)
+    assert metrics.mean_std([0.5]) == (0.5, 0.0)
     with pytest.raises(ValueError, match="at least one"):
-        s2s.mean_std([])
+        metrics.mean_std([])
     pairs = [(["w"] * n, ["z"] * n) for n in (3, 4, 12)]
-    run_a = s2s.scores_by_length(pairs, [["z"] * 3, ["z"] * 4, ["z"] * 12])
-    run_b = s2s.scores_by_length(pairs, [["z"] * 3, ["y"] * 4, ["z"] * 12])
-    table = s2s.format_over_seeds({"model": [run_a, run_b], "other": [run_a]})
+    run_a = metrics.scores_by_length(pairs, [["z"] * 3, ["z"] * 4, ["z"] * 12])
+    run_b = metrics.scores_by_length(pairs, [["z"] * 3, ["y"] * 4, ["z"] * 12])
+    table = metrics.format_over_seeds({"model": [run_a, run_b], "other": [run_a]})
     header, first, second = table.splitlines()
     assert header.split() == ["3-6", "11-14", "all"]
     # 3-6: 100% and 50% -> 75 ± 25; 11-14: 100% twice; all: 100% and 66.7%
     assert first.split()[1:4] == ["75.0", "±", "25.0"]
     assert first.split()[4:7] == ["100.0", "±", "0.0"]
     assert "83.3 ±" in first and second.split()[0] == "other"
-    assert "1.00 ± 0.00" in s2s.format_over_seeds({"m": [run_a]}, metric="bleu")
+    assert "1.00 ± 0.00" in metrics.format_over_seeds({"m": [run_a]}, metric="bleu")
     with pytest.raises(ValueError, match="different length buckets"):
-        s2s.format_over_seeds({"m": [run_a, run_a[1:]]})
+        metrics.format_over_seeds({"m": [run_a, run_a[1:]]})
 
 
 # --- GPU ------------------------------------------------------------------------------------
@@ -340,5 +342,5 @@ def test_attention_model_on_cuda_matches_cpu():
     assert (weights_gpu[2, :, 2:] == 0).all()
     torch.testing.assert_close(logits_gpu.cpu(), logits, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(weights_gpu.cpu(), weights, atol=1e-5, rtol=1e-4)
-    decoded = s2s.greedy_decode(model, src.cuda(), lens.cuda(), 1, 2, max_len=6)
+    decoded = experiment.greedy_decode(model, src.cuda(), lens.cuda(), 1, 2, max_len=6)
     assert decoded.ids.device.type == "cuda" and decoded.weights.device.type == "cuda"

@@ -1,4 +1,5 @@
-"""The chapters' experiments: tasks, training runs and measurements, one module
-per chapter, kept apart from the concept modules that the chapters explain (an
-experiment may import its chapter's module and earlier ones; no concept module
-imports an experiment)."""
+"""The chapters' experiments: tasks, training runs over seeds, measurements and
+the tables of their results, one module per chapter (``experiments.seq2seq`` for
+chapter 4, ...). The concept modules of :mod:`attention_course` hold what the
+chapters explain and never import these; an experiment imports its own
+chapter's module and earlier ones."""
