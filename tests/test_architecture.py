@@ -23,7 +23,8 @@ ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 SHARED = ("device", "i18n", "training", "data", "plotting", "claims", "metrics")
 # each chapter's modules, by chapter number
 CHAPTERS = {"kernel_regression": 1, "scoring": 2, "masking": 3, "seq2seq": 4,
-            "multihead": 5, "transformer": 6, "channel_spatial": 7, "positions": 8,
+            "multihead": 5, "transformer_layers": 6, "transformer": 6,
+            "channel_spatial": 7, "positions": 8,
             "decoding": 9, "efficient": 10, "linear_attention": 10}
 # may import anything of the package; nothing below imports them
 TOP = ("grading", "cli", "__init__")

@@ -9,21 +9,23 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attention_course.experiments.scoring import (
+    compare_on_matching,
+    make_matching_task,
+    matching_loss,
+    random_rotation,
+    train_matching,
+)
 from attention_course.scoring import (
     AdditiveScore,
     BilinearScore,
     MLPScore,
-    compare_on_matching,
     cosine_score,
     dot_score,
     gumbel_softmax_weights,
     hard_attention_weights,
-    make_matching_task,
-    matching_loss,
-    random_rotation,
     sample_hard_attention,
     scaled_dot_score,
-    train_matching,
 )
 
 

@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 
 import attention_course.positions  # noqa: F401  (registers the schemes)
 from attention_course.training import to_device, train
-from attention_course.transformer import Encoder, position_scheme
+from attention_course.transformer import position_scheme
+from attention_course.transformer_layers import Encoder
 
 IGNORE = -100  # a target that the loss and the accuracy skip
 TEST_SEED = 2**31 - 1  # the test sequences: the same for every run
