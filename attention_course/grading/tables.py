@@ -4,7 +4,8 @@ An exercise spec states its questions, their cases and their known mistakes. Thr
 repeat in every spec, and each has a helper here:
 
 - a family of mistakes that are all the reference with one setting changed:
-  :func:`mistake_table` (one row per mistake: its name, the settings, the message);
+  :func:`mistake_table` (one row per mistake: its name, the settings, the message), and
+  :func:`changed` where the settings are keyword arguments of one function;
 - a multiple-choice (``"predict"``) question, whose wrong-choice mistakes follow from its
   choices: :func:`prediction` and :func:`wrong_choices`;
 - cases drawn from one seeded generator, visible ones then held-back ones:
@@ -14,6 +15,7 @@ repeat in every spec, and each has a helper here:
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -30,6 +32,13 @@ def mistake_table(variant: Callable[..., Callable[..., Any]],
     """One :class:`Mistake` per row ``(name, settings, message)``, in order; its wrong
     answer is ``variant(**settings)``: the reference with those settings changed."""
     return tuple(Mistake(name, variant(**settings), message) for name, settings, message in rows)
+
+
+def changed(function: Callable[..., Any]) -> Callable[..., Callable[..., Any]]:
+    """The variant function of :func:`mistake_table` for a ``function`` whose keyword
+    arguments name what is done wrong: ``changed(f)(**settings)`` calls ``f`` with those
+    settings."""
+    return lambda **settings: functools.partial(function, **settings)
 
 
 def constant(value: Any) -> Callable[[], Any]:
