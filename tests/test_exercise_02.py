@@ -9,6 +9,7 @@ code in this process; a few notebooks with one line changed go through the real 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from grading_helpers import (
     ROOT,
     judge,
+    lost,
     notebook_cells,
     replace_in_solution,
     write_notebook,
@@ -30,10 +32,7 @@ from attention_course.grading.sandbox import ForkServer, Limits
 EXERCISE = "02_scoring"
 
 
-def feedback(question_id: str, answer, **also):
-    result = judge(EXERCISE, question_id, answer, **also)
-    assert result.points < result.max_points, f"{question_id}: the mistake got full marks"
-    return result
+feedback = functools.partial(lost, EXERCISE)
 
 
 def _dot(q, k):

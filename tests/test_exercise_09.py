@@ -10,6 +10,7 @@ line changed go through the real grader.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from grading_helpers import (
     ROOT,
     judge,
+    lost,
     notebook_cells,
     replace_in_solution,
     write_notebook,
@@ -30,10 +32,7 @@ from attention_course.grading.sandbox import ForkServer, Limits
 EXERCISE = "09_decoding"
 
 
-def feedback(question_id: str, answer, **also):
-    result = judge(EXERCISE, question_id, answer, **also)
-    assert result.points < result.max_points, f"{question_id}: the mistake got full marks"
-    return result
+feedback = functools.partial(lost, EXERCISE)
 
 
 # --------------------------------------------------------------------------- question 1
