@@ -96,13 +96,13 @@ def drawn_cases(seed: int, draw: Callable[..., Case], visible: Sequence[tuple],
     """The ``cases`` of a question: ``draw(g, *row)`` for every visible row, then every
     held-back row, all from one ``torch.Generator`` seeded with ``seed``.
 
-    ``draw`` labels the case it makes; a held-back case keeps no label and is marked
-    ``hidden`` (the learner's check runs it without showing its inputs).
+    ``draw`` labels the case it makes; a held-back case is marked ``hidden``: the
+    learner's check runs it too, but never shows its label or its inputs.
     """
 
     def cases() -> list[Case]:
         g = torch.Generator().manual_seed(seed)
         shown = [draw(g, *row) for row in visible]
-        return shown + [replace(draw(g, *row), label="", hidden=True) for row in hidden]
+        return shown + [replace(draw(g, *row), hidden=True) for row in hidden]
 
     return cases

@@ -24,7 +24,7 @@ from torch import nn
 from attention_course import scoring
 from attention_course.grading.exercises._offsets import fits_with_offsets
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
-from attention_course.grading.tables import mistake_table, prediction
+from attention_course.grading.tables import drawn_cases, mistake_table, prediction
 from attention_course.i18n import N_, _
 
 # The chapter's headings, exactly as written in book/02_scoring.ipynb.
@@ -113,15 +113,13 @@ def _relation(expected: Any, got: Any, what: str = N_("scores")) -> str | None:
 
 
 # --------------------------------------------------------------------------- question 1
-def scaled_dot_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(201)
-    cases = []
-    # case 1 tells the known mistakes apart: sqrt(d) = 4, d = 16, 2d = 32, Nq = 3, Nk = 5, B = 2
-    for b, nq, nk, d, hidden in [(2, 3, 5, 16, False), (1, 6, 6, 4, False),
-                                 (3, 2, 7, 9, True), (2, 5, 3, 25, True)]:
-        label = f"B={b}, Nq={nq}, Nk={nk}, d={d}"
-        cases.append(Case(args=_qk(g, b, nq, nk, d), label=label, hidden=hidden))
-    return cases
+def _scaled_dot_case(g: torch.Generator, b: int, nq: int, nk: int, d: int) -> Case:
+    return Case(args=_qk(g, b, nq, nk, d), label=f"B={b}, Nq={nq}, Nk={nk}, d={d}")
+
+
+# case 1 tells the known mistakes apart: sqrt(d) = 4, d = 16, 2d = 32, Nq = 3, Nk = 5, B = 2
+scaled_dot_cases = drawn_cases(201, _scaled_dot_case, visible=[(2, 3, 5, 16), (1, 6, 6, 4)],
+                               hidden=[(3, 2, 7, 9), (2, 5, 3, 25)])
 
 
 def _dot(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -307,16 +305,16 @@ LONG_KEY_WRONG = [
 ]
 
 
-def hit_rate_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(204)
-    cases = []
-    # case 1 tells every known mistake apart, in every part
-    for b, nq, nk, d, noise, hidden in [(16, 3, 3, 4, 1.0, False), (40, 2, 8, 8, 0.3, False),
-                                        (30, 4, 4, 6, 1.5, True), (25, 3, 10, 16, 0.8, True)]:
-        label = f"B={b}, Nq={nq}, Nk={nk}, d={d}, noise {noise}"
-        cases.append(Case(args=long_key_task(g, b, nq, nk, d, noise), label=label,
-                          hidden=hidden))
-    return cases
+def _hit_rate_case(g: torch.Generator, b: int, nq: int, nk: int, d: int,
+                   noise: float) -> Case:
+    return Case(args=long_key_task(g, b, nq, nk, d, noise),
+                label=f"B={b}, Nq={nq}, Nk={nk}, d={d}, noise {noise}")
+
+
+# case 1 tells every known mistake apart, in every part
+hit_rate_cases = drawn_cases(204, _hit_rate_case,
+                             visible=[(16, 3, 3, 4, 1.0), (40, 2, 8, 8, 0.3)],
+                             hidden=[(30, 4, 4, 6, 1.5), (25, 3, 10, 16, 0.8)])
 
 
 _SCORES = {"dot": scoring.dot_score, "scaled_dot": scoring.scaled_dot_score,
@@ -395,22 +393,22 @@ HIT_RATE_MISTAKES = (
 
 
 # --------------------------------------------------------------------------- question 5
-def additive_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(205)
-    cases = []
-    for dq, dk, h, b, nq, nk, hidden in [(4, 6, 8, 2, 3, 5, False), (5, 3, 4, 1, 1, 7, False),
-                                         (3, 3, 5, 2, 4, 4, False), (2, 9, 6, 3, 4, 2, True),
-                                         (7, 2, 3, 1, 5, 6, True)]:
-        q, k = _qk(g, b, nq, nk, dq, dk)
-        params = {
-            "W_q.weight": torch.randn(h, dq, generator=g) * 0.6,
-            "W_k.weight": torch.randn(h, dk, generator=g) * 0.6,
-            "w_v.weight": torch.randn(1, h, generator=g),
-        }
-        label = f"query_dim {dq}, key_dim {dk}, hidden {h}; B={b}, Nq={nq}, Nk={nk}"
-        cases.append(Case(init_args=(dq, dk, h), params=params, args=(q, k), label=label,
-                          hidden=hidden))
-    return cases
+def _additive_case(g: torch.Generator, dq: int, dk: int, h: int, b: int, nq: int,
+                   nk: int) -> Case:
+    q, k = _qk(g, b, nq, nk, dq, dk)
+    params = {
+        "W_q.weight": torch.randn(h, dq, generator=g) * 0.6,
+        "W_k.weight": torch.randn(h, dk, generator=g) * 0.6,
+        "w_v.weight": torch.randn(1, h, generator=g),
+    }
+    return Case(init_args=(dq, dk, h), params=params, args=(q, k),
+                label=f"query_dim {dq}, key_dim {dk}, hidden {h}; B={b}, Nq={nq}, Nk={nk}")
+
+
+additive_cases = drawn_cases(
+    205, _additive_case,
+    visible=[(4, 6, 8, 2, 3, 5), (5, 3, 4, 1, 1, 7), (3, 3, 5, 2, 4, 4)],
+    hidden=[(2, 9, 6, 3, 4, 2), (7, 2, 3, 1, 5, 6)])
 
 
 class _Additive(nn.Module):

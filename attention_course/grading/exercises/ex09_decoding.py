@@ -22,7 +22,7 @@ import torch
 
 from attention_course import masking
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
-from attention_course.grading.tables import mistake_table, prediction
+from attention_course.grading.tables import drawn_cases, mistake_table, prediction
 from attention_course.i18n import _
 
 # The chapter's headings, exactly as written in book/09_decoding.ipynb.
@@ -126,24 +126,19 @@ def _step_variant(order: str = "cache_first", mask: str = "bottom_right",
     return step
 
 
-def step_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(901)
-    cases = []
-    for b, cached, n, hidden, label in [
-        (2, 5, 1, False, "one new token after 5 cached ones (B=2, n=1, T=5)"),
-        (1, 3, 3, False, "three new tokens after 3 cached ones (B=1, n=3, T=3)"),
-        (2, 0, 4, False, "an empty cache: four tokens at once (B=2, n=4, T=0)"),
-        (3, 6, 2, True, ""),
-        (1, 1, 1, True, ""),
-        (2, 2, 5, True, ""),
-    ]:
-        w_q, w_k, w_v = _weights(g, D_MODEL, D_HEAD)
-        x_new = torch.randn(b, n, D_MODEL, generator=g)
-        cache_k = torch.randn(b, cached, D_HEAD, generator=g)
-        cache_v = torch.randn(b, cached, D_HEAD, generator=g)
-        cases.append(Case(args=(x_new, w_q, w_k, w_v, cache_k, cache_v), label=label,
-                          hidden=hidden))
-    return cases
+def _step_case(g: torch.Generator, b: int, cached: int, n: int, label: str = "") -> Case:
+    w_q, w_k, w_v = _weights(g, D_MODEL, D_HEAD)
+    x_new = torch.randn(b, n, D_MODEL, generator=g)
+    cache_k = torch.randn(b, cached, D_HEAD, generator=g)
+    cache_v = torch.randn(b, cached, D_HEAD, generator=g)
+    return Case(args=(x_new, w_q, w_k, w_v, cache_k, cache_v), label=label)
+
+
+step_cases = drawn_cases(901, _step_case, visible=[
+    (2, 5, 1, "one new token after 5 cached ones (B=2, n=1, T=5)"),
+    (1, 3, 3, "three new tokens after 3 cached ones (B=1, n=3, T=3)"),
+    (2, 0, 4, "an empty cache: four tokens at once (B=2, n=4, T=0)"),
+], hidden=[(3, 6, 2), (1, 1, 1), (2, 2, 5)])
 
 
 def _not_appended(x_new, w_q, w_k, w_v, cache_k, cache_v) -> Step:
@@ -253,16 +248,14 @@ def _chunked(order: str, mask: str) -> Callable[..., Tensor]:
     return run
 
 
-def chunk_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(902)
-    cases = []
-    for b, n, chunk, hidden in [(2, 5, 1, False), (1, 6, 2, False), (2, 7, 3, False),
-                                (3, 8, 3, True), (1, 9, 2, True), (2, 4, 4, True)]:
-        w_q, w_k, w_v = _weights(g, D_MODEL, D_HEAD)
-        x = torch.randn(b, n, D_MODEL, generator=g)
-        label = f"B={b}, N={n}, chunk={chunk}"
-        cases.append(Case(args=(x, w_q, w_k, w_v, chunk), label=label, hidden=hidden))
-    return cases
+def _chunk_case(g: torch.Generator, b: int, n: int, chunk: int) -> Case:
+    w_q, w_k, w_v = _weights(g, D_MODEL, D_HEAD)
+    x = torch.randn(b, n, D_MODEL, generator=g)
+    return Case(args=(x, w_q, w_k, w_v, chunk), label=f"B={b}, N={n}, chunk={chunk}")
+
+
+chunk_cases = drawn_cases(902, _chunk_case, visible=[(2, 5, 1), (1, 6, 2), (2, 7, 3)],
+                          hidden=[(3, 8, 3), (1, 9, 2), (2, 4, 4)])
 
 
 CHUNK_MISTAKES = mistake_table(_chunked, [
@@ -598,17 +591,16 @@ def steep_table(g: torch.Generator, vocab: int, beam: int) -> tuple[Tensor, Tens
     return _table(g, first, peaks)
 
 
-def beam_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(906)
-    cases = []
-    for vocab, beam, make, hidden in [
-        (4, 2, trap_table, False), (5, 1, trap_table, False), (6, 3, far_trap_table, False),
-        (5, 5, trap_table, True), (7, 2, steep_table, True), (6, 4, trap_table, True),
-        (8, 3, steep_table, True), (7, 2, far_trap_table, True),
-    ]:
-        cases.append(Case(args=(*make(g, vocab, beam), beam),
-                          label=f"{vocab} tokens, beam {beam}", hidden=hidden))
-    return cases
+def _beam_case(g: torch.Generator, vocab: int, beam: int, make: Callable[..., tuple]) -> Case:
+    return Case(args=(*make(g, vocab, beam), beam), label=f"{vocab} tokens, beam {beam}")
+
+
+beam_cases = drawn_cases(906, _beam_case, visible=[
+    (4, 2, trap_table), (5, 1, trap_table), (6, 3, far_trap_table),
+], hidden=[
+    (5, 5, trap_table), (7, 2, steep_table), (6, 4, trap_table), (8, 3, steep_table),
+    (7, 2, far_trap_table),
+])
 
 
 BEAM_MISTAKES = mistake_table(_beam_variant, [
