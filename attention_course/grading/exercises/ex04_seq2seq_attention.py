@@ -474,8 +474,10 @@ def attention_score_counts(src_lens: list[int], tgt_lens: list[int]) -> dict[str
             "used": sum(a * b for a, b in zip(s, t, strict=True))}
 
 
-def _counts(src_extra: int, tgt_extra: int, computed: str = "padded",
+def _counts(src_extra: int = 1, tgt_extra: int = 1, computed: str = "padded",
             used: str = "real") -> Callable[..., dict[str, int]]:
+    """A wrong count: ``src_extra`` and ``tgt_extra`` special tokens added to each length
+    (1 each is right), the scores ``computed`` and ``used`` counted another way."""
     def wrong(src_lens: list[int], tgt_lens: list[int]) -> dict[str, int]:
         s = [n + src_extra for n in src_lens]
         t = [n + tgt_extra for n in tgt_lens]
@@ -530,31 +532,31 @@ Q4 = Question(
         ("two_extra_steps", {"src_extra": 1, "tgt_extra": 2},
          "the decoder makes one step more than the Chinese sentence has words, not "
          "two: <bos> is the input of the first step and <eos> the output of the last"),
-        ("padding_skipped", {"src_extra": 1, "tgt_extra": 1, "computed": "real"},
+        ("padding_skipped", {"computed": "real"},
          "the model does not skip padding: every sentence of the batch is scored at "
          "every padded source position and for every padded decoder step (the mask "
          "only sets weights to 0 afterwards)"),
-        ("target_steps_unpadded", {"src_extra": 1, "tgt_extra": 1, "computed": "target_unpadded"},
+        ("target_steps_unpadded", {"computed": "target_unpadded"},
          "the decoder runs every step for every sentence of the batch, the padded "
          "steps after a short target's end too (the loop does not stop early for "
          "one sentence)"),
-        ("source_unpadded", {"src_extra": 1, "tgt_extra": 1, "computed": "source_unpadded"},
+        ("source_unpadded", {"computed": "source_unpadded"},
          "every sentence is scored at every source position of the batch, the "
          "padded positions after a short source's end too"),
-        ("one_sentence", {"src_extra": 1, "tgt_extra": 1, "computed": "one_sentence"},
+        ("one_sentence", {"computed": "one_sentence"},
          "you count the scores of one sentence; the batch scores every one of its B "
          "sentences"),
-        ("all_used", {"src_extra": 1, "tgt_extra": 1, "used": "computed"},
+        ("all_used", {"used": "computed"},
          "not every computed score can change the loss: those at padded source "
          "positions get weight 0, and the padded decoder steps are left out of the "
          "loss"),
-        ("product_of_sums", {"src_extra": 1, "tgt_extra": 1, "used": "product_of_sums"},
+        ("product_of_sums", {"used": "product_of_sums"},
          "a sentence attends only over its own source: add up one product per "
          "sentence, instead of multiplying the summed lengths"),
-        ("target_padding_used", {"src_extra": 1, "tgt_extra": 1, "used": "target_padding"},
+        ("target_padding_used", {"used": "target_padding"},
          "the padded decoder steps of a short target do not reach the loss, which "
          "averages over the real target positions only"),
-        ("source_padding_used", {"src_extra": 1, "tgt_extra": 1, "used": "source_padding"},
+        ("source_padding_used", {"used": "source_padding"},
          "a score at a padded source position gets weight exactly 0 from the mask, so "
          "it cannot change the context or the loss"),
     ]),
