@@ -199,6 +199,16 @@ class EditedSolution:
                 test_every_listed_mistake_is_tested, test_listed_mistake_is_named)
 
 
+def grade_cells(exercise_id: str, folder: Path, cells: list[str], server) -> dict:
+    """The sandboxed grader's record of a notebook with these cells, by question id."""
+    from attention_course.grading.grader import grade_notebook
+    from attention_course.grading.sandbox import Limits
+
+    path = write_notebook(folder / f"{exercise_id}.ipynb", cells, exercise=exercise_id)
+    return {q.id: q for q in grade_notebook(path, limits=Limits(timeout=60),
+                                            server=server).questions}
+
+
 def replace_in_solution(exercise_id: str, old: str, new: str) -> list[str]:
     """The solution notebook's code cells with ``old`` replaced by ``new`` (exactly once),
     for grading a one-line mistake through the real grader."""

@@ -464,14 +464,6 @@ def test_prepare_is_cheap():
 
 
 # --------------------------------------------------------------------------- real grader
-@pytest.fixture(scope="module")
-def server():
-    from attention_course.grading.sandbox import ForkServer
-
-    with ForkServer() as started:
-        yield started
-
-
 def test_the_grader_names_mistakes_in_a_submitted_notebook(tmp_path, server):
     cells = replace_in_solution(
         EX, "[x.mean(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)], dim=1\n    )\n    return",

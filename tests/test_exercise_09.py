@@ -18,16 +18,14 @@ import torch
 import torch.nn.functional as F
 from grading_helpers import (
     ROOT,
+    grade_cells,
     judge,
     lost,
     notebook_cells,
     replace_in_solution,
-    write_notebook,
 )
 
 from attention_course.grading import get_exercise
-from attention_course.grading.grader import grade_notebook
-from attention_course.grading.sandbox import ForkServer, Limits
 
 EXERCISE = "09_decoding"
 
@@ -433,16 +431,8 @@ def test_a_one_token_chunk_hides_the_order_bug():
 
 
 # --------------------------------------------------------------------------- the real grader
-@pytest.fixture(scope="module")
-def server():
-    with ForkServer() as started:
-        yield started
-
-
 def _grade(tmp_path, cells, server):
-    path = write_notebook(tmp_path / f"{EXERCISE}.ipynb", cells, exercise=EXERCISE)
-    return {q.id: q for q in grade_notebook(path, limits=Limits(timeout=60),
-                                            server=server).questions}
+    return grade_cells(EXERCISE, tmp_path, cells, server)
 
 
 def test_grader_names_one_line_mistakes(tmp_path, server):
