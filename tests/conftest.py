@@ -1,4 +1,5 @@
-"""Shared fixtures: the built book (built once per session) and the GPU marker."""
+"""Shared fixtures: the built book (built once per session), the grader's fork server (one
+per test module) and the GPU marker."""
 
 from __future__ import annotations
 
@@ -21,6 +22,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """One forking server of the sandboxed grader for a test module's grading runs."""
+    from attention_course.grading.sandbox import ForkServer
+
+    with ForkServer() as started:
+        yield started
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,15 @@
-"""Build submissions for the grader tests in code (never committed as files)."""
+"""Build submissions for the grader tests in code (never committed as files), and the
+harness the exercise tests share: judging an answer with the solution's other names,
+the solution notebook edited line by line, and the tests every listed mistake gets."""
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISE = "01_attention_pooling"
@@ -49,14 +55,31 @@ def notebook_cells(path: Path) -> list[str]:
     return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
 
 
-def solution_namespace(exercise_id: str) -> dict:
-    """The names the reference solution notebook defines (its cells run in this process;
-    its check cells print their feedback)."""
+def solution_path(exercise_id: str) -> Path:
+    return ROOT / "exercises" / "solutions" / f"{exercise_id}.ipynb"
+
+
+def run_cells(cells: Sequence[str], filename: str = "notebook",
+              skip: tuple[str, ...] = ()) -> dict:
+    """The names the cells define when run in this process; cells that start with one of
+    ``skip`` are not run."""
     namespace: dict = {"__name__": "__main__"}
-    path = ROOT / "exercises" / "solutions" / f"{exercise_id}.ipynb"
-    for source in notebook_cells(path):
-        exec(compile(source, str(path), "exec"), namespace)
+    for source in cells:
+        if not source.startswith(skip):
+            exec(compile(source, filename, "exec"), namespace)
     return namespace
+
+
+@functools.cache
+def _solution_names(exercise_id: str) -> dict:
+    path = solution_path(exercise_id)
+    return run_cells(notebook_cells(path), str(path))
+
+
+def solution_namespace(exercise_id: str) -> dict:
+    """The names the reference solution notebook defines (its cells run once per test
+    session, in this process; its check cells print their feedback)."""
+    return dict(_solution_names(exercise_id))
 
 
 def judge(exercise_id: str, question_id: str, answer, **also):
@@ -68,6 +91,122 @@ def judge(exercise_id: str, question_id: str, answer, **also):
     namespace = {**solution_namespace(exercise_id), **also, question.symbol: answer}
     (result,) = run_checks(exercise_id, question.id, namespace=namespace)
     return result
+
+
+def lost(exercise_id: str, question_id: str, answer, **also):
+    """:func:`judge`'s feedback for an answer that must lose points."""
+    result = judge(exercise_id, question_id, answer, **also)
+    assert result.points < result.max_points, f"{question_id}: the mistake got full marks"
+    return result
+
+
+def assert_named(result, *words: str, points: int | None = None,
+                 ignore_case: bool = False) -> None:
+    """The answer lost points (down to exactly ``points`` when given) and its feedback
+    holds every one of ``words`` (in any case with ``ignore_case``)."""
+    assert result.points < result.max_points, result.message
+    if points is not None:
+        assert not result.passed and result.points == points, (result.points, result.message)
+    message = result.message.lower() if ignore_case else result.message
+    for word in words:
+        assert (word.lower() if ignore_case else word) in message, (word, result.message)
+
+
+def mistake_message(exercise_id: str, question_id: str, name: str) -> str:
+    """The message of the listed mistake ``name`` of one question."""
+    from attention_course.grading import get_exercise
+
+    (found,) = [m.message for m in get_exercise(exercise_id).question(question_id).mistakes
+                if m.name == name]
+    return found
+
+
+def listed_mistake_test(exercise_id: str) -> Callable[..., None]:
+    """A test, one case per listed mistake of the exercise: given as the learner's answer
+    (the other names from the solution), it fails its question with its own message (no
+    earlier mistake hides it)."""
+    from attention_course.grading import get_exercise
+
+    listed = [(q.id, m) for q in get_exercise(exercise_id).questions for m in q.mistakes]
+
+    @pytest.mark.parametrize(("question_id", "mistake"), listed,
+                             ids=[f"{q}-{m.name}" for q, m in listed])
+    def test_every_listed_mistake_loses_points_with_its_message(question_id, mistake):
+        result = judge(exercise_id, question_id, mistake.wrong)
+        assert result.status == "failed", result.message
+        assert_named(result, mistake.message)
+
+    return test_every_listed_mistake_loses_points_with_its_message
+
+
+class EditedSolution:
+    """The solution notebook of one exercise with lines changed, as a learner would write
+    them: ``drop`` leaves out the cells that hold one of its strings, ``skip`` runs no
+    cell that starts with one of its strings (the check cells would only print)."""
+
+    def __init__(self, exercise_id: str, drop: tuple[str, ...] = (),
+                 skip: tuple[str, ...] = ("check(",)) -> None:
+        self.exercise_id, self.drop, self.skip = exercise_id, drop, skip
+        self.path = solution_path(exercise_id)
+
+    def cells(self, *changes: tuple[str, str]) -> list[str]:
+        """The solution's code cells, each ``(old, new)`` applied exactly once."""
+        cells = [c for c in notebook_cells(self.path) if not any(d in c for d in self.drop)]
+        joined = "\n\x00\n".join(cells)
+        for old, new in changes:
+            assert joined.count(old) == 1, f"{old!r} occurs {joined.count(old)} times"
+            joined = joined.replace(old, new)
+        return joined.split("\n\x00\n")
+
+    def namespace(self, cells: Sequence[str]) -> dict:
+        """The names the cells define."""
+        return run_cells(cells, str(self.path), self.skip)
+
+    def feedback(self, question: str, *changes: tuple[str, str]):
+        """The result ``check`` gives for one question of the changed solution."""
+        from attention_course.grading import run_checks
+
+        (result,) = run_checks(self.exercise_id, question,
+                               namespace=self.namespace(self.cells(*changes)))
+        return result
+
+    def message_of(self, question: str, mistake: str) -> str:
+        return mistake_message(self.exercise_id, question, mistake)
+
+    def tests(self, listed: Sequence[tuple[str, str, list]]) -> tuple[Callable[..., None], ...]:
+        """Three tests over ``listed``, rows ``(question id, mistake name, changes)``: the
+        unchanged (trimmed) solution passes, every listed mistake has a row, and each row's
+        changes lose points with that mistake's message."""
+        from attention_course.grading import get_exercise, run_checks
+
+        def test_the_solution_passes_as_the_tests_run_it():
+            results = run_checks(self.exercise_id, namespace=self.namespace(self.cells()))
+            assert all(r.passed for r in results), [r.message for r in results]
+
+        def test_every_listed_mistake_is_tested():
+            tested = {(q, m) for q, m, _ in listed}
+            exercise = get_exercise(self.exercise_id)
+            assert {(q.id, m.name) for q in exercise.questions for m in q.mistakes} == tested
+
+        @pytest.mark.parametrize(("question", "mistake", "changes"), listed,
+                                 ids=[f"{q}-{m}" for q, m, _ in listed])
+        def test_listed_mistake_is_named(question, mistake, changes):
+            result = self.feedback(question, *changes)
+            assert result.points < result.max_points
+            assert self.message_of(question, mistake) in result.message, result.message
+
+        return (test_the_solution_passes_as_the_tests_run_it,
+                test_every_listed_mistake_is_tested, test_listed_mistake_is_named)
+
+
+def grade_cells(exercise_id: str, folder: Path, cells: list[str], server) -> dict:
+    """The sandboxed grader's record of a notebook with these cells, by question id."""
+    from attention_course.grading.grader import grade_notebook
+    from attention_course.grading.sandbox import Limits
+
+    path = write_notebook(folder / f"{exercise_id}.ipynb", cells, exercise=exercise_id)
+    return {q.id: q for q in grade_notebook(path, limits=Limits(timeout=60),
+                                            server=server).questions}
 
 
 def replace_in_solution(exercise_id: str, old: str, new: str) -> list[str]:

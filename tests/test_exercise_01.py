@@ -14,7 +14,15 @@ import math
 
 import pytest
 import torch
-from grading_helpers import ROOT, notebook_cells, replace_in_solution, write_notebook
+from grading_helpers import (
+    ROOT,
+    assert_named,
+    notebook_cells,
+    replace_in_solution,
+    run_cells,
+    solution_namespace,
+    write_notebook,
+)
 
 from attention_course.grading import get_exercise, run_checks
 from attention_course.grading.exercises import ex01_attention_pooling as spec
@@ -24,17 +32,10 @@ SOLUTION = ROOT / "exercises" / "solutions" / f"{EX}.ipynb"
 LEARNER = ROOT / "exercises" / f"{EX}.ipynb"
 
 
-def _execute(cells: list[str]) -> dict:
-    namespace: dict = {"__name__": "__main__"}
-    for source in cells:
-        exec(compile(source, "notebook", "exec"), namespace)
-    return namespace
-
-
 @pytest.fixture(scope="module")
 def solution() -> dict:
-    """The names the reference solution defines (its cells run once, here)."""
-    return _execute(notebook_cells(SOLUTION))
+    """The names the reference solution defines (its cells run once)."""
+    return solution_namespace(EX)
 
 
 def _judge(solution: dict, question: str, answer=None, **names):
@@ -44,12 +45,6 @@ def _judge(solution: dict, question: str, answer=None, **names):
         namespace[get_exercise(EX).question(question).symbol] = answer
     (result,) = run_checks(EX, question, namespace=namespace)
     return result
-
-
-def _lost(result, *words: str) -> None:
-    assert result.points < result.max_points, result.message
-    for word in words:
-        assert word in result.message, f"{word!r} not in {result.message!r}"
 
 
 def _d2(queries, keys):
@@ -105,7 +100,8 @@ def test_weights_fitted_to_the_visible_cases_fail_a_held_back_one(solution):
             return torch.softmax(-_d2(q, k) / (2 * h**2), dim=-1)
         return torch.full((len(q), len(k)), 1 / len(k))
 
-    _lost(_judge(solution, "q1_weights", fitted), "held-back case 4 (the check does not show")
+    assert_named(_judge(solution, "q1_weights", fitted),
+                 "held-back case 4 (the check does not show")
 
 
 # --------------------------------------------------------------------------- question 2
@@ -147,8 +143,8 @@ def test_a_broken_q1_is_named_as_the_cause_of_q2(solution):
 
     result = _judge(solution, "q2_predict", nadaraya_watson_predict,
                     gaussian_weights=gaussian_weights)
-    _lost(result, "this question calls your answer to q1_weights (`gaussian_weights`), which "
-                  "did not pass")
+    assert_named(result, "this question calls your answer to q1_weights (`gaussian_weights`), "
+                         "which did not pass")
 
 
 # --------------------------------------------------------------------------- question 3
@@ -246,14 +242,14 @@ def _module_namespace(changes) -> dict:
         joined = "\n\x00\n".join(cells)
         assert joined.count(old) == 1, old
         cells = joined.replace(old, new).split("\n\x00\n")
-    return _execute(_up_to_the_module(cells))
+    return run_cells(_up_to_the_module(cells))
 
 
 @pytest.mark.parametrize("name", MODULE_MISTAKES)
 def test_module_mistakes_are_named(name):
     changes, words = MODULE_MISTAKES[name]
     (result,) = run_checks(EX, "q3_module", namespace=_module_namespace(changes))
-    _lost(result, words)
+    assert_named(result, words)
 
 
 def test_the_starter_fixed_by_renormalising_the_weights_passes(solution):
@@ -298,8 +294,8 @@ def test_each_bug_of_the_starter_is_caught(stage):
         assert source.count(old) == 1, old
         source = source.replace(old, new)
     cells[index] = source
-    (result,) = run_checks(EX, "q3_module", namespace=_execute(_up_to_the_module(cells)))
-    _lost(result, words)
+    (result,) = run_checks(EX, "q3_module", namespace=run_cells(_up_to_the_module(cells)))
+    assert_named(result, words)
 
 
 # --------------------------------------------------------------------------- question 4
@@ -368,7 +364,7 @@ FUNCTION_MISTAKES = [(question, name, table[name]) for question, table in [
                          ids=[f"{q}-{n}" for q, n, _ in FUNCTION_MISTAKES])
 def test_mistakes_in_functions_are_named(solution, question, name, mistake):
     answer, words = mistake
-    _lost(_judge(solution, question, answer), words)
+    assert_named(_judge(solution, question, answer), words)
 
 
 # --------------------------------------------------------------------------- question 5
@@ -384,7 +380,7 @@ def test_mistakes_in_functions_are_named(solution, question, name, mistake):
 ])
 def test_wrong_predictions_are_explained_without_giving_the_answer(solution, answer, words):
     result = _judge(solution, "q5_narrow", lambda: answer)
-    _lost(result, words)
+    assert_named(result, words)
     if answer is not None and not isinstance(answer, str):
         assert "training down, held-out up" not in result.message
 
@@ -450,7 +446,7 @@ def test_derivation_mistakes_cost_their_part_and_are_named(solution, name):
     answer, part, words = DOT_MISTAKES[name]
     result = _judge(solution, "q6_dot_product", answer)
     assert result.points == 1 and result.line().startswith("[PART]")
-    _lost(result, f"{part} in case 1 (4 keys in 3 dimensions", words)
+    assert_named(result, f"{part} in case 1 (4 keys in 3 dimensions", words)
 
 
 def test_the_one_bandwidth_answer_of_the_chapter_fails(solution):
@@ -462,7 +458,7 @@ def test_the_one_bandwidth_answer_of_the_chapter_fails(solution):
 
     result = _judge(solution, "q6_dot_product", chapter)
     assert result.points == 0
-    _lost(result, "'scale' in case 1", "expected shape (3,), got ()", "one average squared")
+    assert_named(result, "'scale' in case 1", "expected shape (3,), got ()", "one average squared")
 
 
 def test_derivation_fitted_to_the_visible_cases_fails_a_held_back_one(solution):
@@ -471,12 +467,12 @@ def test_derivation_fitted_to_the_visible_cases_fails_a_held_back_one(solution):
         return right if keys.shape[1] < 4 else {"scale": h * 0 + 1, "bias": keys.sum(-1)}
 
     result = _judge(solution, "q6_dot_product", fitted)
-    _lost(result, "held-back case 3 (the check does not show its inputs)")
+    assert_named(result, "held-back case 3 (the check does not show its inputs)")
 
 
 def test_a_tuple_is_not_the_dict_asked_for(solution):
     result = _judge(solution, "q6_dot_product", lambda k, h: (RIGHT_SCALE(h), RIGHT_BIAS(k, h)))
-    _lost(result, "return a dict with the keys 'scale', 'bias' (got tuple)")
+    assert_named(result, "return a dict with the keys 'scale', 'bias' (got tuple)")
     assert result.points == 0
 
 

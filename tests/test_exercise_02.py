@@ -9,6 +9,7 @@ code in this process; a few notebooks with one line changed go through the real 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -16,24 +17,20 @@ import torch
 import torch.nn.functional as F
 from grading_helpers import (
     ROOT,
+    grade_cells,
     judge,
+    lost,
     notebook_cells,
     replace_in_solution,
-    write_notebook,
 )
 from torch import nn
 
 from attention_course.grading import get_exercise
-from attention_course.grading.grader import grade_notebook
-from attention_course.grading.sandbox import ForkServer, Limits
 
 EXERCISE = "02_scoring"
 
 
-def feedback(question_id: str, answer, **also):
-    result = judge(EXERCISE, question_id, answer, **also)
-    assert result.points < result.max_points, f"{question_id}: the mistake got full marks"
-    return result
+feedback = functools.partial(lost, EXERCISE)
 
 
 def _dot(q, k):
@@ -407,16 +404,8 @@ def test_the_learners_starter_is_recognised_once_its_raise_line_is_gone():
 
 
 # --------------------------------------------------------------------------- the real grader
-@pytest.fixture(scope="module")
-def server():
-    with ForkServer() as started:
-        yield started
-
-
 def _grade(tmp_path, cells, server):
-    path = write_notebook(tmp_path / f"{EXERCISE}.ipynb", cells, exercise=EXERCISE)
-    return {q.id: q for q in grade_notebook(path, limits=Limits(timeout=60),
-                                            server=server).questions}
+    return grade_cells(EXERCISE, tmp_path, cells, server)
 
 
 def test_grader_names_one_line_mistakes(tmp_path, server):

@@ -9,12 +9,20 @@ through the real, sandboxed grader.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
 import pytest
 import torch
-from grading_helpers import ROOT, replace_in_solution, solution_namespace, write_notebook
+from grading_helpers import (
+    ROOT,
+    judge,
+    listed_mistake_test,
+    replace_in_solution,
+    write_notebook,
+)
+from grading_helpers import assert_named as named
 
 from attention_course.grading import get_exercise, run_checks
 
@@ -23,40 +31,12 @@ EXERCISE = get_exercise(E)
 MINUS_INF = float("-inf")
 
 
-@pytest.fixture(scope="module")
-def reference():
-    """The names the solution notebook defines (run once)."""
-    return solution_namespace(E)
-
-
-def judge(namespace, question_id, answer):
-    question = EXERCISE.question(question_id)
-    (result,) = run_checks(E, question.id, namespace={**namespace, question.symbol: answer})
-    return result
-
-
-def assert_named(result, *words):
-    assert result.points < result.max_points, result.message
-    for word in words:
-        assert word.lower() in result.message.lower(), (word, result.message)
+# the feedback may name a word in any case
+assert_named = functools.partial(named, ignore_case=True)
 
 
 # --------------------------------------------------------------------------- listed
-LISTED = [(q.id, m) for q in EXERCISE.questions for m in q.mistakes]
-
-
-@pytest.mark.parametrize(("question_id", "mistake"), LISTED,
-                         ids=[f"{q}-{m.name}" for q, m in LISTED])
-def test_every_listed_mistake_loses_points_with_its_message(reference, question_id, mistake):
-    result = judge(reference, question_id, mistake.wrong)
-    assert result.status == "failed"
-    assert_named(result, mistake.message)
-
-
-def test_messages_of_different_mistakes_differ():
-    for q in EXERCISE.questions:
-        messages = [m.message for m in q.mistakes]
-        assert len(set(messages)) == len(messages), q.id
+test_every_listed_mistake_loses_points_with_its_message = listed_mistake_test(E)
 
 
 # --------------------------------------------------------------------------- question 1
@@ -131,19 +111,19 @@ UNLISTED_SOFTMAX = {name: (_softmax_answer(body), words)
     lambda s, a: torch.nan_to_num(torch.softmax(s.masked_fill(~a, MINUS_INF), -1)),
     lambda s, a: torch.softmax(s.masked_fill(~a, MINUS_INF), -1).masked_fill(~a, 0.0),
 ], ids=["nan_to_num", "zero_masked_after"])
-def test_other_correct_masked_softmaxes_pass(reference, body):
+def test_other_correct_masked_softmaxes_pass(body):
     """Patching the NaN after a masked fill is right: the fill sends no gradient back."""
-    assert judge(reference, "q1_masked_softmax", _softmax_answer(body)).passed
+    assert judge(E, "q1_masked_softmax", _softmax_answer(body)).passed
 
 
-def test_per_query_lengths_ignored_give_a_shape_error(reference):
+def test_per_query_lengths_ignored_give_a_shape_error():
     def only_per_sequence(scores, valid_lens):
         if valid_lens is None:
             return torch.softmax(scores, -1)
         allowed = torch.arange(scores.shape[-1]) < valid_lens[:, None, None]
         return torch.softmax(scores.masked_fill(~allowed, -1e9), -1)
 
-    result = judge(reference, "q1_masked_softmax", only_per_sequence)
+    result = judge(E, "q1_masked_softmax", only_per_sequence)
     assert result.points == 0 and "expected shape (2, 4, 4)" in result.message
 
 
@@ -188,12 +168,12 @@ UNLISTED_PADDING = {
 
 
 
-def test_flipped_right_mask_is_a_correct_left_mask(reference):
+def test_flipped_right_mask_is_a_correct_left_mask():
     def padding_mask(valid_lens, max_len, side="right"):
         right = torch.arange(max_len) < valid_lens[:, None]
         return right if side == "right" else right.flip(-1)
 
-    assert judge(reference, "q2_padding_mask", padding_mask).passed
+    assert judge(E, "q2_padding_mask", padding_mask).passed
 
 
 # --------------------------------------------------------------------------- question 3
@@ -246,7 +226,7 @@ UNLISTED_ATTENTION = {
 
 
 
-def test_learner_starter_with_only_the_raise_removed_fails_on_nan(reference):
+def test_learner_starter_with_only_the_raise_removed_fails_on_nan():
     """The learner's starter, run as given (the raise line deleted), names bug 1."""
     nb = json.loads((ROOT / "exercises" / f"{E}.ipynb").read_text(encoding="utf-8"))
     (source,) = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"
@@ -254,7 +234,7 @@ def test_learner_starter_with_only_the_raise_removed_fails_on_nan(reference):
     lines = [line for line in source.splitlines() if "raise NotImplementedError" not in line]
     namespace = {"math": math, "torch": torch}
     exec("\n".join(lines), namespace)
-    result = judge(reference, "q3_fix_attention", namespace["masked_attention"])
+    result = judge(E, "q3_fix_attention", namespace["masked_attention"])
     assert_named(result, "still gets NaN weights")
 
 
@@ -262,30 +242,30 @@ def test_learner_starter_with_only_the_raise_removed_fails_on_nan(reference):
     ("scale", ["still gets NaN weights"]),  # bug 2 fixed, bug 1 left
     ("nan", ["square root of the value dimension"]),  # bug 1 fixed, bug 2 left
 ])
-def test_each_bug_left_alone_is_named(reference, fix, words):
+def test_each_bug_left_alone_is_named(fix, words):
     scale = _sqrt_d if fix == "scale" else (lambda q, v: math.sqrt(v.shape[-1]))
     softmax = _naive if fix == "scale" else (lambda s, m: _naive(s, m).masked_fill(~m, 0.0))
-    assert_named(judge(reference, "q3_fix_attention", _attention(scale, softmax)), *words)
+    assert_named(judge(E, "q3_fix_attention", _attention(scale, softmax)), *words)
 
 
 @pytest.mark.parametrize("softmax", [
     lambda s, m: torch.nan_to_num(_naive(s, m)),
     lambda s, m: torch.where(m, _naive(s, m), 0.0),
 ], ids=["nan_to_num", "where"])
-def test_other_correct_fixes_pass(reference, softmax):
+def test_other_correct_fixes_pass(softmax):
     scale = lambda q, v: math.sqrt(q.shape[-1])  # noqa: E731
-    assert judge(reference, "q3_fix_attention", _attention(scale, softmax)).passed
+    assert judge(E, "q3_fix_attention", _attention(scale, softmax)).passed
 
 
 # --------------------------------------------------------------------------- question 4
-def test_a_prediction_outside_the_choices_is_refused_and_the_others_still_count(reference):
-    result = judge(reference, "q4_predict_inverted", lambda: {
+def test_a_prediction_outside_the_choices_is_refused_and_the_others_still_count():
+    result = judge(E, "q4_predict_inverted", lambda: {
         "careful_a": "padding", "careful_b": "no position (zero weights)", "broken_b": "NaN"})
     assert result.points == 2 and "not one of the choices" in result.message
 
 
-def test_the_not_inverted_reading_is_explained_in_every_part(reference):
-    result = judge(reference, "q4_predict_inverted", lambda: dict.fromkeys(
+def test_the_not_inverted_reading_is_explained_in_every_part():
+    result = judge(E, "q4_predict_inverted", lambda: dict.fromkeys(
         ("careful_a", "careful_b", "broken_b"), "only the real tokens"))
     assert result.points == 0
     assert_named(result, "allows exactly the padding", "False everywhere",
@@ -317,17 +297,17 @@ UNLISTED_CACHED = {
 
 
 
-def test_last_rows_of_the_full_causal_mask_are_correct(reference):
+def test_last_rows_of_the_full_causal_mask_are_correct():
     answer = lambda n, nk: torch.ones(nk, nk, dtype=torch.bool).tril()[nk - n:]  # noqa: E731
-    assert judge(reference, "q5_cached_causal_mask", answer).passed
+    assert judge(E, "q5_cached_causal_mask", answer).passed
 
 
-def test_a_mask_fitted_to_the_visible_cases_fails_a_held_back_one(reference):
+def test_a_mask_fitted_to_the_visible_cases_fails_a_held_back_one():
     visible = {(3, 5): torch.ones(3, 5, dtype=torch.bool).tril(2),
                (1, 6): torch.ones(1, 6, dtype=torch.bool),
                (4, 4): torch.ones(4, 4, dtype=torch.bool).tril()}
     answer = lambda n, nk: visible.get((n, nk), torch.zeros(n, nk, dtype=torch.bool))  # noqa: E731
-    assert_named(judge(reference, "q5_cached_causal_mask", answer), "held-back case")
+    assert_named(judge(E, "q5_cached_causal_mask", answer), "held-back case")
 
 
 # --------------------------------------------------------------------------- question 6
@@ -345,39 +325,39 @@ def _right_count(n, L):
     return _tri(n, L) + (n - L) * L
 
 
-def test_floats_for_whole_numbers_are_accepted(reference):
+def test_floats_for_whole_numbers_are_accepted():
     answer = _counts(lambda n, L: L * (L + 1) / 2 + (n - L) * L, lambda n, L: L * (L + 1) / 2,
                      lambda n, L: float(n - L))
-    assert judge(reference, "q6_count_allowed", answer).passed
+    assert judge(E, "q6_count_allowed", answer).passed
 
 
-def test_numbers_copied_from_the_visible_cases_fail(reference):
+def test_numbers_copied_from_the_visible_cases_fail():
     copied = {5: {"pairs_right": 27, "pairs_left": 21, "empty_rows_left": 2},
               4: {"pairs_right": 13, "pairs_left": 13, "empty_rows_left": 6}}
-    result = judge(reference, "q6_count_allowed",
+    result = judge(E, "q6_count_allowed",
                    lambda n, lens: copied.get(n, {"pairs_right": 0, "pairs_left": 0,
                                                   "empty_rows_left": 0}))
     assert result.points == 0 and "held-back case" in result.message
 
 
-def test_independent_parts_earn_their_points(reference):
+def test_independent_parts_earn_their_points():
     """Right padding right, left padding treated like right padding: 1 of 3 points."""
     answer = _counts(_right_count, _right_count, lambda n, L: 0)
-    result = judge(reference, "q6_count_allowed", answer)
+    result = judge(E, "q6_count_allowed", answer)
     assert result.points == 1
     assert_named(result, "padding comes first")
 
 
-def test_per_sequence_counts_instead_of_totals_are_refused(reference):
+def test_per_sequence_counts_instead_of_totals_are_refused():
     answer = lambda n, lens: {k: [v] for k, v in  # noqa: E731
                               {"pairs_right": 1, "pairs_left": 1, "empty_rows_left": 1}.items()}
-    assert_named(judge(reference, "q6_count_allowed", answer), "expected a number")
+    assert_named(judge(E, "q6_count_allowed", answer), "expected a number")
 
 
-def test_a_diagonal_left_out_everywhere_is_named_in_every_part(reference):
+def test_a_diagonal_left_out_everywhere_is_named_in_every_part():
     answer = _counts(lambda n, L: L * (L - 1) // 2 + (n - L) * L, lambda n, L: L * (L - 1) // 2,
                      lambda n, L: n - L + (L > 0))
-    result = judge(reference, "q6_count_allowed", answer)
+    result = judge(E, "q6_count_allowed", answer)
     assert result.points == 0 and result.message.count("left out the diagonal") == 1
     assert result.message.startswith("'pairs_right', 'pairs_left' and 'empty_rows_left' in ")
 
@@ -393,9 +373,9 @@ UNLISTED = [(question_id, name, *entry)
 
 @pytest.mark.parametrize(("question_id", "name", "answer", "words"), UNLISTED,
                          ids=[f"{q}-{n}" for q, n, *_ in UNLISTED])
-def test_unlisted_mistakes_are_named(reference, question_id, name, answer, words):
+def test_unlisted_mistakes_are_named(question_id, name, answer, words):
     """Mistakes the spec does not list still get feedback that names them."""
-    assert_named(judge(reference, question_id, answer), *words)
+    assert_named(judge(E, question_id, answer), *words)
 
 
 # --------------------------------------------------------------------------- one-line edits

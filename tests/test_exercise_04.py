@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from grading_helpers import replace_in_solution, solution_namespace, write_notebook
+from grading_helpers import assert_named as named
+from grading_helpers import judge as judge_answer
+from grading_helpers import replace_in_solution, write_notebook
 
 from attention_course import metrics, seq2seq
-from attention_course.grading import get_exercise, run_checks
+from attention_course.grading import get_exercise
 from attention_course.grading.exercises import ex04_seq2seq_attention as spec
 from attention_course.grading.grader import grade_notebook
 from attention_course.grading.make_learner import learner_notebook
@@ -30,24 +32,9 @@ EX = "04_seq2seq_attention"
 EXERCISE = get_exercise(EX)
 
 
-@functools.cache
-def _solution() -> dict:
-    return solution_namespace(EX)
-
-
-def judge(question_id: str, answer, **also):
-    """The feedback for ``answer`` to one question, everything else from the solution."""
-    question = EXERCISE.question(question_id)
-    namespace = {**_solution(), **also, question.symbol: answer}
-    (result,) = run_checks(EX, question_id, namespace=namespace)
-    return result
-
-
-def assert_named(result, *phrases: str, points: int = 0) -> None:
-    assert result.points == points, (result.points, result.message)
-    assert result.status != "passed", result.message
-    for phrase in phrases:
-        assert phrase in result.message, (phrase, result.message)
+judge = functools.partial(judge_answer, EX)
+# a mistake costs every point of its question unless ``points`` says what is left
+assert_named = functools.partial(named, points=0)
 
 
 # =========================================================================== question 1

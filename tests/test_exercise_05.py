@@ -20,7 +20,7 @@ from torch import nn
 from attention_course.grading import get_exercise, run_checks
 from attention_course.grading.exercises import ex05_multihead_attention as spec
 from attention_course.grading.grader import grade_notebook
-from attention_course.grading.sandbox import ForkServer, Limits
+from attention_course.grading.sandbox import Limits
 
 EX = "05_multihead_attention"
 SOLUTION = ROOT / "exercises" / "solutions" / f"{EX}.ipynb"
@@ -537,12 +537,6 @@ def test_one_line_edits_of_the_solution_are_named(old, new, question_id, phrase)
 
 
 # --------------------------------------------------------------------------- the grader
-@pytest.fixture(scope="module")
-def server():
-    with ForkServer() as started:
-        yield started
-
-
 def test_grader_names_the_mistakes_of_a_whole_notebook(tmp_path, server):
     """Through the sandboxed grader: an inverted mask in the module and a round-robin
     head assignment; everything else stays right."""

@@ -10,8 +10,7 @@ still get feedback a learner can act on.
 
 from __future__ import annotations
 
-import pytest
-from grading_helpers import ROOT, notebook_cells, write_notebook
+from grading_helpers import EditedSolution, write_notebook
 
 from attention_course.grading import get_exercise, run_checks
 from attention_course.grading.grader import grade_notebook
@@ -19,40 +18,14 @@ from attention_course.grading.sandbox import Limits
 
 EX = "06_transformer"
 EXERCISE = get_exercise(EX)
-SOLUTION = ROOT / "exercises" / "solutions" / f"{EX}.ipynb"
 # the training demo of question 8 (seconds, and not graded), and the solution's cell that
 # glues and checks what it measured
 DEMO = ("train_tiny_encoder(", "with_positions[")
 
 
-def _cells(*changes: tuple[str, str]) -> list[str]:
-    """The solution's code cells without the demo, each ``(old, new)`` applied once."""
-    cells = [c for c in notebook_cells(SOLUTION) if not any(d in c for d in DEMO)]
-    joined = "\n\x00\n".join(cells)
-    for old, new in changes:
-        assert joined.count(old) == 1, f"{old!r} occurs {joined.count(old)} times"
-        joined = joined.replace(old, new)
-    return joined.split("\n\x00\n")
-
-
-def _namespace(cells: list[str]) -> dict:
-    namespace: dict = {"__name__": "__main__"}
-    for source in cells:
-        if not source.startswith("check("):  # the check cells would only print
-            exec(compile(source, str(SOLUTION), "exec"), namespace)
-    return namespace
-
-
-def feedback(question: str, *changes: tuple[str, str]):
-    """The result ``check`` gives for one question of the changed solution."""
-    (result,) = run_checks(EX, question, namespace=_namespace(_cells(*changes)))
-    return result
-
-
-def message_of(question: str, mistake: str) -> str:
-    q = EXERCISE.question(question)
-    (found,) = [m.message for m in q.mistakes if m.name == mistake]
-    return found
+SOLUTION_EDITS = EditedSolution(EX, drop=DEMO, skip=("check(",))
+_cells, _namespace = SOLUTION_EDITS.cells, SOLUTION_EDITS.namespace
+feedback, message_of = SOLUTION_EDITS.feedback, SOLUTION_EDITS.message_of
 
 
 # --------------------------------------------------------------------------- solution lines
@@ -210,27 +183,8 @@ LISTED = [
 ]
 
 
-@pytest.fixture(scope="module")
-def solution_results():
-    return {r.id: r for r in run_checks(EX, namespace=_namespace(_cells()))}
-
-
-def test_solution_passes_without_the_demo(solution_results):
-    assert all(r.passed for r in solution_results.values()), solution_results
-
-
-def test_every_listed_mistake_is_tested():
-    tested = {(q, m) for q, m, _ in LISTED}
-    listed = {(q.id, m.name) for q in EXERCISE.questions for m in q.mistakes}
-    assert listed == tested
-
-
-@pytest.mark.parametrize(("question", "mistake", "changes"), LISTED,
-                         ids=[f"{q}-{m}" for q, m, _ in LISTED])
-def test_listed_mistake_is_named(question, mistake, changes):
-    result = feedback(question, *changes)
-    assert result.points < result.max_points
-    assert message_of(question, mistake) in result.message, result.message
+(test_the_solution_passes_as_the_tests_run_it, test_every_listed_mistake_is_tested,
+ test_listed_mistake_is_named) = SOLUTION_EDITS.tests(LISTED)
 
 
 def test_partial_credit_keeps_the_right_parts():

@@ -12,10 +12,20 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from grading_helpers import ROOT, replace_in_solution, solution_namespace, write_notebook
+from grading_helpers import (
+    ROOT,
+    judge,
+    listed_mistake_test,
+    replace_in_solution,
+    solution_namespace,
+    write_notebook,
+)
+from grading_helpers import (
+    assert_named as named,
+)
 from torch import nn
 
-from attention_course.grading import get_exercise, run_checks
+from attention_course.grading import run_checks
 from attention_course.grading.checking import prepare
 from attention_course.grading.exercises import ex07_channel_spatial_attention as spec
 from attention_course.grading.grader import grade_notebook
@@ -25,35 +35,10 @@ from attention_course.grading.sandbox import Limits
 EX = "07_channel_spatial_attention"
 
 
-@functools.cache
-def _solution() -> dict:
-    return solution_namespace(EX)
-
-
-def feedback(question_id: str, answer, **also):
-    """What ``check`` says about ``answer``, every other name from the reference solution."""
-    question = get_exercise(EX).question(question_id)
-    namespace = {**_solution(), **also, question.symbol: answer}
-    (result,) = run_checks(EX, question.id, namespace=namespace)
-    return result
-
-
-def assert_named(result, *words: str, points: int = 0) -> None:
-    assert not result.passed, result.message
-    assert result.points == points, (result.points, result.message)
-    for word in words:
-        assert word in result.message, (word, result.message)
-
-
-def test_the_reference_solution_passes_and_every_listed_mistake_is_named():
-    """Each known mistake, given as the answer, loses points with its own message (no
-    earlier mistake hides it)."""
-    for question in get_exercise(EX).questions:
-        assert feedback(question.id, _solution()[question.symbol]).passed
-        for mistake in question.mistakes:
-            result = feedback(question.id, mistake.wrong)
-            assert not result.passed and result.points < question.points, mistake.name
-            assert mistake.message in result.message, (mistake.name, result.message)
+feedback = functools.partial(judge, EX)
+# a mistake costs every point of its question unless ``points`` says what is left
+assert_named = functools.partial(named, points=0)
+test_every_listed_mistake_loses_points_with_its_message = listed_mistake_test(EX)
 
 
 # --------------------------------------------------------------------------- Q1 squeeze
@@ -163,7 +148,8 @@ def test_se_builds_on_the_squeeze():
             return x * weights[:, :, None, None], weights[:, :, None, None]
 
     UsesSqueeze.__name__ = "SqueezeExcitation"
-    namespace = {**_solution(), "squeeze": broken_squeeze, "SqueezeExcitation": UsesSqueeze}
+    namespace = {**solution_namespace(EX), "squeeze": broken_squeeze,
+                 "SqueezeExcitation": UsesSqueeze}
     (_, se_result) = run_checks(EX, "q1_squeeze", "q2_se_block", namespace=namespace)
     assert se_result.message.startswith("this question calls your answer to q1_squeeze")
     assert "sum of its values" in se_result.message
@@ -343,7 +329,7 @@ def test_every_state_on_the_way_to_the_fix_is_explained():
 def test_the_starter_code_is_the_unfixed_mistake():
     """The learner's starter, run as it is but without its first line, scores 0 and names
     all three bugs."""
-    learner = dict(_solution())  # the reference's names, then the starter's cell
+    learner = solution_namespace(EX)  # the reference's names, then the starter's cell
     raise_statement = ('    raise NotImplementedError('
                        '"fix the three bugs, then delete this line")\n')
     starter = _starter_source()
@@ -382,7 +368,7 @@ def experiment(roll=lambda x, dy, dx: torch.roll(x, (dy, dx), dims=(2, 3)),
                cbam=None):
     def shift_experiment(x, dy, dx, w0, w1, weight, bias):
         nonlocal cbam
-        cbam = cbam or _solution()["cbam"]
+        cbam = cbam or solution_namespace(EX)["cbam"]
         before, after = cbam(x, w0, w1, weight, bias), cbam(roll(x, dy, dx), w0, w1, weight, bias)
         return {"channel_change": float((after[change] - before[change]).abs().max()),
                 "peak_before": peak(before["spatial_map"]),
@@ -413,13 +399,14 @@ def test_experiment_mistakes(answer, points, words):
 
 def test_experiment_builds_on_the_debugged_cbam():
     # batch-wide pooling is harmless on a batch of one image: the experiment still passes
-    namespace = {**_solution(), "cbam": cbam_with(batch_max=True),
+    namespace = {**solution_namespace(EX), "cbam": cbam_with(batch_max=True),
                  "shift_experiment": experiment(cbam=cbam_with(batch_max=True))}
     debug, shift = run_checks(EX, "q5_debug_cbam", "q7_shift_experiment", namespace=namespace)
     assert not debug.passed and shift.passed
     # a spatial map read from the input sees the decoys: the experiment fails, and says why
     broken = cbam_with(from_input=True)
-    namespace = {**_solution(), "cbam": broken, "shift_experiment": experiment(cbam=broken)}
+    namespace = {**solution_namespace(EX), "cbam": broken,
+                 "shift_experiment": experiment(cbam=broken)}
     (shift,) = run_checks(EX, "q7_shift_experiment", namespace=namespace)
     assert shift.message.startswith("this question calls your answer to q5_debug_cbam")
 
@@ -477,14 +464,6 @@ def test_prepare_is_cheap():
 
 
 # --------------------------------------------------------------------------- real grader
-@pytest.fixture(scope="module")
-def server():
-    from attention_course.grading.sandbox import ForkServer
-
-    with ForkServer() as started:
-        yield started
-
-
 def test_the_grader_names_mistakes_in_a_submitted_notebook(tmp_path, server):
     cells = replace_in_solution(
         EX, "[x.mean(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)], dim=1\n    )\n    return",

@@ -21,6 +21,7 @@ from torch import nn
 from attention_course import kernel_regression as kr
 from attention_course.grading.compare import rows_sum_to_one
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.grading.tables import drawn_cases, mistake_table, prediction
 from attention_course.i18n import _
 
 NW_SECTION = "1.3 Nadaraya-Watson: let the query choose the weights"
@@ -43,19 +44,18 @@ def _squared_differences(queries: torch.Tensor, keys: torch.Tensor) -> torch.Ten
 
 
 # --------------------------------------------------------------------------- question 1
-def weight_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(101)
-    cases = []
-    # no bandwidth of 1 or 2 (where 2h = 2h^2 or h^2 = 2h), so each mistake shows
-    for n_queries, n_keys, h, hidden in [(3, 5, 0.8, False), (4, 7, 0.45, False),
-                                         (1, 4, 1.3, False), (6, 6, 0.6, True)]:
-        q, k = _points(g, n_queries), _points(g, n_keys)
-        label = "" if hidden else f"{n_queries} queries, {n_keys} keys, h = {h}"
-        cases.append(Case(args=(q, k, h), label=label, hidden=hidden))
-    return cases
+def _weight_case(g: torch.Generator, n_queries: int, n_keys: int, h: float) -> Case:
+    q, k = _points(g, n_queries), _points(g, n_keys)
+    return Case(args=(q, k, h), label=f"{n_queries} queries, {n_keys} keys, h = {h}")
 
 
-def _scored(scale, distance: str = "squared", sign: float = -1.0, dim: int = -1):
+# no bandwidth of 1 or 2 (where 2h = 2h^2 or h^2 = 2h), so each mistake shows
+weight_cases = drawn_cases(101, _weight_case, visible=[(3, 5, 0.8), (4, 7, 0.45), (1, 4, 1.3)],
+                           hidden=[(6, 6, 0.6)])
+
+
+def _scored(scale=lambda h: 2 * h**2, distance: str = "squared", sign: float = -1.0,
+            dim: int = -1):
     """Weights ``softmax(sign * distance / scale(h))`` over ``dim``: the Gaussian weights
     with one thing changed."""
 
@@ -73,30 +73,32 @@ def _kernel_values(queries, keys, bandwidth):
 
 
 WEIGHT_MISTAKES = (
-    Mistake("bandwidth_not_squared", _scored(lambda h: 2 * h),
-            "your scores are divided by 2h, not by 2h squared: the bandwidth is squared, "
-            "like the distance it scales"),
-    Mistake("half_missing", _scored(lambda h: h**2),
-            "your scores are twice the right size: the Gaussian kernel divides the squared "
-            "distance by 2h squared, and your factor 2 is missing"),
-    Mistake("divided_by_h", _scored(lambda h: h),
-            "you divide the squared distance by h: both the square of the bandwidth and the "
-            "factor 2 are missing (the score is minus the squared distance over 2h squared)"),
-    Mistake("two_h_squared", _scored(lambda h: (2 * h) ** 2),
-            "you divide by 2h, all squared, which is 4h squared: only the bandwidth is "
-            "squared, the 2 is not"),
-    Mistake("bandwidth_multiplied", _scored(lambda h: 2 / h**2),
-            "you multiply by the squared bandwidth instead of dividing by it, so a wider "
-            "bandwidth gives a narrower kernel"),
-    Mistake("softmax_over_queries", _scored(lambda h: 2 * h**2, dim=0),
-            "your weights are normalised over the queries (each column sums to 1); each "
-            "query's weights must sum to 1 over the keys, one row per query"),
-    Mistake("sign_dropped", _scored(lambda h: 2 * h**2, sign=1.0),
-            "your weights grow with the distance, so the farthest key gets the most weight: "
-            "the score is minus the squared distance"),
-    Mistake("absolute_distance", _scored(lambda h: 2 * h**2, distance="absolute"),
-            "you score with the distance itself; the Gaussian kernel uses the squared "
-            "distance"),
+    *mistake_table(_scored, [
+        ("bandwidth_not_squared", {"scale": lambda h: 2 * h},
+         "your scores are divided by 2h, not by 2h squared: the bandwidth is squared, "
+         "like the distance it scales"),
+        ("half_missing", {"scale": lambda h: h**2},
+         "your scores are twice the right size: the Gaussian kernel divides the squared "
+         "distance by 2h squared, and your factor 2 is missing"),
+        ("divided_by_h", {"scale": lambda h: h},
+         "you divide the squared distance by h: both the square of the bandwidth and the "
+         "factor 2 are missing (the score is minus the squared distance over 2h squared)"),
+        ("two_h_squared", {"scale": lambda h: (2 * h) ** 2},
+         "you divide by 2h, all squared, which is 4h squared: only the bandwidth is "
+         "squared, the 2 is not"),
+        ("bandwidth_multiplied", {"scale": lambda h: 2 / h**2},
+         "you multiply by the squared bandwidth instead of dividing by it, so a wider "
+         "bandwidth gives a narrower kernel"),
+        ("softmax_over_queries", {"dim": 0},
+         "your weights are normalised over the queries (each column sums to 1); each "
+         "query's weights must sum to 1 over the keys, one row per query"),
+        ("sign_dropped", {"sign": 1.0},
+         "your weights grow with the distance, so the farthest key gets the most weight: "
+         "the score is minus the squared distance"),
+        ("absolute_distance", {"distance": "absolute"},
+         "you score with the distance itself; the Gaussian kernel uses the squared "
+         "distance"),
+    ]),
     Mistake("not_normalised", _kernel_values,
             "these are the kernel values before normalisation: each row must be divided by "
             "its sum, which a softmax over the keys does for you"),
@@ -119,22 +121,20 @@ WEIGHT_MISTAKES = (
 
 
 # --------------------------------------------------------------------------- question 2
-def predict_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(102)
-    cases = []
-    for n_queries, n_keys, h, dv, hidden in [(5, 10, 0.7, None, False),
-                                              (8, 20, 0.4, None, False),
-                                              (3, 6, 1.5, 2, False),
-                                              (7, 9, 0.9, None, True),
-                                              (4, 12, 0.3, 3, True)]:
-        keys, values = _data(g, n_keys)
-        if dv is not None:
-            values = torch.stack([values * (j + 1) - j for j in range(dv)], dim=1)
-        queries = _points(g, n_queries)
-        shape = f"values ({n_keys}, {dv})" if dv else f"{n_keys} scalar values"
-        label = "" if hidden else f"{n_queries} queries, {n_keys} keys, {shape}, h = {h}"
-        cases.append(Case(args=(queries, keys, values, h), label=label, hidden=hidden))
-    return cases
+def _predict_case(g: torch.Generator, n_queries: int, n_keys: int, h: float,
+                  dv: int | None) -> Case:
+    keys, values = _data(g, n_keys)
+    if dv is not None:
+        values = torch.stack([values * (j + 1) - j for j in range(dv)], dim=1)
+    queries = _points(g, n_queries)
+    shape = f"values ({n_keys}, {dv})" if dv else f"{n_keys} scalar values"
+    return Case(args=(queries, keys, values, h),
+                label=f"{n_queries} queries, {n_keys} keys, {shape}, h = {h}")
+
+
+predict_cases = drawn_cases(102, _predict_case,
+                            visible=[(5, 10, 0.7, None), (8, 20, 0.4, None), (3, 6, 1.5, 2)],
+                            hidden=[(7, 9, 0.9, None), (4, 12, 0.3, 3)])
 
 
 def _predict(queries, keys, values, bandwidth):
@@ -154,7 +154,7 @@ def _unnormalised_average(queries, keys, values, bandwidth):
 
 
 def _over_queries(queries, keys, values, bandwidth):
-    return _scored(lambda h: 2 * h**2, dim=0)(queries, keys, bandwidth) @ values
+    return _scored(dim=0)(queries, keys, bandwidth) @ values
 
 
 def _mean_of_weighted(queries, keys, values, bandwidth):
@@ -248,51 +248,50 @@ def _variant(bandwidth_of=torch.exp, init_log: bool = True, leave_out: str = "ma
     return Broken
 
 
-def module_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(103)
-    cases = []
-    # the first case sets log_bandwidth; the others start from init_bandwidth alone
-    for n, n_queries, init, h, hidden in [(15, 4, 1.0, 0.7, False), (20, 5, 0.5, None, False),
-                                          (16, 6, 2.0, None, True), (12, 3, 1.5, 0.4, True)]:
-        x, y = _data(g, n)
-        queries = _points(g, n_queries)
-        params = {} if h is None else {"log_bandwidth": torch.tensor(h).log()}
-        start = f"log_bandwidth set to log({h})" if h else f"init_bandwidth = {init}"
-        label = "" if hidden else f"fit on {n} points, {start}, {n_queries} queries"
-        cases.append(Case(init_args=(init,), params=params, args=(x, y, queries), label=label,
-                          hidden=hidden))
-    return cases
+def _module_case(g: torch.Generator, n: int, n_queries: int, init: float,
+                 h: float | None) -> Case:
+    x, y = _data(g, n)
+    queries = _points(g, n_queries)
+    params = {} if h is None else {"log_bandwidth": torch.tensor(h).log()}
+    start = f"log_bandwidth set to log({h})" if h else f"init_bandwidth = {init}"
+    return Case(init_args=(init,), params=params, args=(x, y, queries),
+                label=f"fit on {n} points, {start}, {n_queries} queries")
 
 
-MODULE_MISTAKES = (
-    Mistake("log_used_as_bandwidth", _variant(lambda p: p),
-            "your forward uses log_bandwidth itself as the bandwidth: the parameter holds "
-            "the logarithm of h and the bandwidth is its exponential, which stays positive "
-            "whatever step the optimiser takes (a step on h itself can take it to 0 or below)"),
-    Mistake("stores_bandwidth", _variant(torch.exp, init_log=False),
-            "the module starts from the wrong bandwidth: __init__ stores init_bandwidth "
-            "itself in log_bandwidth, which must hold its logarithm"),
-    Mistake("left_out_not_renormalised", _variant(torch.exp, leave_out="zero"),
-            "with exclude_self your weights no longer sum to 1: a point's own weight is "
-            "set to zero but the other weights are not renormalised (give its score minus "
-            "infinity before the softmax, or divide the remaining weights by their sum)"),
-    Mistake("renormalised_over_queries", _variant(torch.exp, leave_out="zero_columns"),
-            "with exclude_self you zero a point's own weight and then divide by the sums "
-            "over the queries (the columns); each query's row must be divided by its own "
-            "sum, over the keys"),
-    Mistake("self_not_left_out", _variant(torch.exp, leave_out="none"),
-            "exclude_self changes nothing in your forward: each training point still "
-            "weighs itself, so the training shrinks the bandwidth towards 0"),
+# the first case sets log_bandwidth; the others start from init_bandwidth alone
+module_cases = drawn_cases(103, _module_case, visible=[(15, 4, 1.0, 0.7), (20, 5, 0.5, None)],
+                           hidden=[(16, 6, 2.0, None), (12, 3, 1.5, 0.4)])
+
+
+MODULE_MISTAKES = mistake_table(_variant, [
+    ("log_used_as_bandwidth", {"bandwidth_of": lambda p: p},
+     "your forward uses log_bandwidth itself as the bandwidth: the parameter holds "
+     "the logarithm of h and the bandwidth is its exponential, which stays positive "
+     "whatever step the optimiser takes (a step on h itself can take it to 0 or below)"),
+    ("stores_bandwidth", {"init_log": False},
+     "the module starts from the wrong bandwidth: __init__ stores init_bandwidth "
+     "itself in log_bandwidth, which must hold its logarithm"),
+    ("left_out_not_renormalised", {"leave_out": "zero"},
+     "with exclude_self your weights no longer sum to 1: a point's own weight is "
+     "set to zero but the other weights are not renormalised (give its score minus "
+     "infinity before the softmax, or divide the remaining weights by their sum)"),
+    ("renormalised_over_queries", {"leave_out": "zero_columns"},
+     "with exclude_self you zero a point's own weight and then divide by the sums "
+     "over the queries (the columns); each query's row must be divided by its own "
+     "sum, over the keys"),
+    ("self_not_left_out", {"leave_out": "none"},
+     "exclude_self changes nothing in your forward: each training point still "
+     "weighs itself, so the training shrinks the bandwidth towards 0"),
     # the weights themselves wrong (question 1's mistakes, written into forward)
-    Mistake("weights_over_queries", _variant(dim=0),
-            "the weights of your forward are normalised over the queries; each query's "
-            "weights must sum to 1 over the keys"),
-    Mistake("bandwidth_not_squared", _variant(scale=lambda h: 2 * h),
-            "your forward divides the squared distance by 2h, not by 2h squared"),
-    Mistake("half_missing", _variant(scale=lambda h: h**2),
-            "your forward divides the squared distance by h squared: the factor 2 of 2h "
-            "squared is missing"),
-)
+    ("weights_over_queries", {"dim": 0},
+     "the weights of your forward are normalised over the queries; each query's "
+     "weights must sum to 1 over the keys"),
+    ("bandwidth_not_squared", {"scale": lambda h: 2 * h},
+     "your forward divides the squared distance by 2h, not by 2h squared"),
+    ("half_missing", {"scale": lambda h: h**2},
+     "your forward divides the squared distance by h squared: the factor 2 of 2h "
+     "squared is missing"),
+])
 
 
 def starting_bandwidth(case: Case, expected, got) -> str | None:
@@ -310,16 +309,17 @@ def starting_bandwidth(case: Case, expected, got) -> str | None:
 
 
 # --------------------------------------------------------------------------- question 4
-def bandwidth_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(104)
-    candidates = [0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.2, 2.5, 4.0]
-    cases = []
-    for n, noise, hidden in [(40, 0.1, False), (60, 1.0, False), (30, 0.4, True),
-                             (45, 0.6, True)]:
-        x, y = _data(g, n, noise)
-        label = "" if hidden else f"{n} points, noise {noise}, {len(candidates)} candidates"
-        cases.append(Case(args=(x, y, candidates), label=label, hidden=hidden))
-    return cases
+CANDIDATES = [0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.2, 2.5, 4.0]
+
+
+def _bandwidth_case(g: torch.Generator, n: int, noise: float) -> Case:
+    x, y = _data(g, n, noise)
+    return Case(args=(x, y, list(CANDIDATES)),
+                label=f"{n} points, noise {noise}, {len(CANDIDATES)} candidates")
+
+
+bandwidth_cases = drawn_cases(104, _bandwidth_case, visible=[(40, 0.1), (60, 1.0)],
+                              hidden=[(30, 0.4), (45, 0.6)])
 
 
 def _loo_errors(x, y, candidates, leave_out: str = "mask", squared_mean: bool = False,
@@ -369,23 +369,25 @@ def _best_error(x, y, candidates):
 # A choice among a few candidates cannot prove a cause, so these messages say what the
 # answer matches and ask about the likely cause.
 BANDWIDTH_MISTAKES = (
-    Mistake("self_included", _pick(leave_out="none"),
-            "your choice is the one that fits the training points with each point included "
-            "in its own prediction, which rewards the narrowest kernel: did you leave each "
-            "point out of its own prediction?"),
-    Mistake("left_out_not_renormalised", _pick(leave_out="zero"),
-            "your choice matches leave-one-out weights that do not sum to 1: did you set a "
-            "point's own weight to zero without renormalising the others?"),
-    Mistake("bandwidth_not_squared", _pick(scale=lambda h: 2 * h),
-            "your choice matches scores that divide the squared distance by 2h instead of "
-            "2h squared: is the bandwidth squared in your scores?"),
-    Mistake("squared_mean", _pick(squared_mean=True),
-            "your choice matches the square of the mean error, where positive and negative "
-            "errors cancel: did you average the squared errors?"),
-    Mistake("signed_mean", _pick(signed=True),
-            "your choice matches the smallest mean of the signed errors, which rewards "
-            "predictions that fall below their targets: did you square each error before "
-            "averaging?"),
+    *mistake_table(_pick, [
+        ("self_included", {"leave_out": "none"},
+         "your choice is the one that fits the training points with each point included "
+         "in its own prediction, which rewards the narrowest kernel: did you leave each "
+         "point out of its own prediction?"),
+        ("left_out_not_renormalised", {"leave_out": "zero"},
+         "your choice matches leave-one-out weights that do not sum to 1: did you set a "
+         "point's own weight to zero without renormalising the others?"),
+        ("bandwidth_not_squared", {"scale": lambda h: 2 * h},
+         "your choice matches scores that divide the squared distance by 2h instead of "
+         "2h squared: is the bandwidth squared in your scores?"),
+        ("squared_mean", {"squared_mean": True},
+         "your choice matches the square of the mean error, where positive and negative "
+         "errors cancel: did you average the squared errors?"),
+        ("signed_mean", {"signed": True},
+         "your choice matches the smallest mean of the signed errors, which rewards "
+         "predictions that fall below their targets: did you square each error before "
+         "averaging?"),
+    ]),
     Mistake("largest_error", _largest_error,
             "your choice is the candidate with the largest leave-one-out error; keep the "
             "smallest"),
@@ -402,7 +404,8 @@ BANDWIDTH_MISTAKES = (
 ERROR_TRENDS = ("training down, held-out down", "training down, held-out up",
                 "training up, held-out down", "training up, held-out up")
 
-TREND_MISTAKES = (
+# answers that are no choice at all
+NOT_A_CHOICE = (
     Mistake("no_answer", lambda: None,
             "your function gives back nothing (None): end it by giving back one of the "
             "four choices, as a string"),
@@ -416,33 +419,35 @@ TREND_MISTAKES = (
               f"you answered with the number {i}: give back the words of your choice "
               f"instead, exactly as written in the question")
       for i in range(5)),
-    Mistake("both_down", lambda: ERROR_TRENDS[0],
-            "the training error does fall, but a kernel narrower than the spacing of the "
-            "keys answers a new query with the value of its nearest key, noise included: "
-            "the held-out error rises (high variance)"),
-    Mistake("training_up", lambda: ERROR_TRENDS[2],
-            "a training point is one of the keys, at distance 0 from itself: as the "
-            "bandwidth shrinks its own weight tends to 1, so it predicts itself and the "
-            "training error falls towards 0. The held-out error does the opposite"),
-    Mistake("both_up", lambda: ERROR_TRENDS[3],
-            "the held-out error does rise, but the training error falls: each training "
-            "point is one of the keys and, with a narrow kernel, it predicts itself"),
 )
+
+WRONG_TRENDS = [
+    ("both_down", ERROR_TRENDS[0],
+     "the training error does fall, but a kernel narrower than the spacing of the "
+     "keys answers a new query with the value of its nearest key, noise included: "
+     "the held-out error rises (high variance)"),
+    ("training_up", ERROR_TRENDS[2],
+     "a training point is one of the keys, at distance 0 from itself: as the "
+     "bandwidth shrinks its own weight tends to 1, so it predicts itself and the "
+     "training error falls towards 0. The held-out error does the opposite"),
+    ("both_up", ERROR_TRENDS[3],
+     "the held-out error does rise, but the training error falls: each training "
+     "point is one of the keys and, with a narrow kernel, it predicts itself"),
+]
 
 
 # --------------------------------------------------------------------------- question 6
-def dot_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(106)
-    cases = []
-    # keys (Nk, d) and one bandwidth per feature, drawn in [0.35, 2.5]; Nk != d in every
-    # case, so that a bias summed over the wrong axis has the wrong shape
-    for n_keys, d, hidden in [(4, 3, False), (5, 2, False), (6, 4, True), (3, 5, True)]:
-        keys = torch.randn(n_keys, d, generator=g) * 1.5
-        bandwidths = 0.35 + 2.15 * torch.rand(d, generator=g)
-        shown = ", ".join(f"{h:.2f}" for h in bandwidths.tolist())
-        label = "" if hidden else f"{n_keys} keys in {d} dimensions, bandwidths ({shown})"
-        cases.append(Case(args=(keys, bandwidths), label=label, hidden=hidden))
-    return cases
+def _dot_case(g: torch.Generator, n_keys: int, d: int) -> Case:
+    keys = torch.randn(n_keys, d, generator=g) * 1.5
+    bandwidths = 0.35 + 2.15 * torch.rand(d, generator=g)
+    shown = ", ".join(f"{h:.2f}" for h in bandwidths.tolist())
+    return Case(args=(keys, bandwidths),
+                label=f"{n_keys} keys in {d} dimensions, bandwidths ({shown})")
+
+
+# keys (Nk, d) and one bandwidth per feature, drawn in [0.35, 2.5]; Nk != d in every
+# case, so that a bias summed over the wrong axis has the wrong shape
+dot_cases = drawn_cases(106, _dot_case, visible=[(4, 3), (5, 2)], hidden=[(6, 4), (3, 5)])
 
 
 def gaussian_as_dot_product(keys: torch.Tensor, bandwidths: torch.Tensor) -> dict:
@@ -460,60 +465,58 @@ def _form(scale=None, bias=None):
     return form
 
 
-DOT_MISTAKES = (
-    Mistake("scale_half", _form(scale=lambda h: 1 / (2 * h**2)),
-            "your scale is half the right one: expanding each feature's square gives its "
-            "cross term twice (minus 2 q_f k_f), and the 2 does not go away"),
-    Mistake("scale_not_squared", _form(scale=lambda h: 1 / h),
-            "your scale is 1 over each bandwidth; the bandwidth enters the score squared, "
-            "like the distance it scales"),
-    Mistake("scale_negative", _form(scale=lambda h: -1 / h**2),
-            "your scale has the wrong sign: minus (minus 2 q_f k_f) over 2 h_f squared is "
-            "positive, so a query prefers keys on its own side along every feature"),
-    Mistake("scale_inverted", _form(scale=lambda h: h**2),
-            "your scale grows with the bandwidth, which divides the score: a wider bandwidth "
-            "makes a feature count less, not more"),
-    Mistake("scale_matrix", _form(scale=lambda h: torch.diag(1 / h**2)),
-            "your scale is the whole diagonal matrix (d by d); the question asks for its "
-            "diagonal only, one scale per feature, a tensor of shape (d,)"),
-    Mistake("bias_positive", _form(bias=lambda k, h: (k**2 / (2 * h**2)).sum(-1)),
-            "your bias has the wrong sign: a key's own terms are minus its squared "
-            "features over 2 h_f squared, which lowers the score of keys far from 0"),
-    Mistake("bias_without_half", _form(bias=lambda k, h: -(k**2 / h**2).sum(-1)),
-            "your bias is twice the right size: the factor 2 of the kernel's denominator is "
-            "missing from it"),
-    Mistake("bias_not_squared", _form(bias=lambda k, h: -(k**2 / (2 * h)).sum(-1)),
-            "your bias divides each squared feature by 2 h_f: the bandwidth is not squared "
-            "there, as it is in every term of the expanded score"),
-    Mistake("bias_key_not_squared", _form(bias=lambda k, h: -(k / (2 * h**2)).sum(-1)),
-            "your bias sums the key's features themselves; the key's own terms of the "
-            "expanded squares hold its squared features"),
-    Mistake("bias_without_bandwidth", _form(bias=lambda k, h: -(k**2).sum(-1) / 2),
-            "your bias is minus half the squared norm of the key, with no bandwidth: each "
-            "feature's term is scaled by that feature's own bandwidth too"),
-    Mistake("bias_summed_bandwidths",
-            _form(bias=lambda k, h: -(k**2).sum(-1) / (2 * (h**2).sum())),
-            "your bias divides the key's squared norm by one sum of the squared "
-            "bandwidths; each squared feature is divided by its own bandwidth squared, "
-            "and only then are the features added up"),
-    Mistake("bias_mean_bandwidth",
-            _form(bias=lambda k, h: -(k**2).sum(-1) / (2 * (h**2).mean())),
-            "your bias divides the key's squared norm by one average squared bandwidth, as "
-            "if every feature had the same; each squared feature is divided by its own "
-            "bandwidth squared"),
-    Mistake("bias_two_h_squared", _form(bias=lambda k, h: -(k**2 / (2 * h) ** 2).sum(-1)),
-            "your bias divides each squared feature by 2 h_f, all squared, which is 4 h_f "
-            "squared: only the bandwidth is squared, the 2 is not"),
-    Mistake("bias_averaged", _form(bias=lambda k, h: -(k**2 / (2 * h**2)).mean(-1)),
-            "your bias averages the features' terms; the expanded score adds them up, so "
-            "a key's bias is their sum"),
-    Mistake("bias_not_summed", _form(bias=lambda k, h: -(k**2 / (2 * h**2))),
-            "your bias has one entry per key and feature: a key's bias is one number, the "
-            "sum of its features' terms, so the bias has shape (Nk,)"),
-    Mistake("bias_summed_over_keys", _form(bias=lambda k, h: -(k**2 / (2 * h**2)).sum(0)),
-            "your bias is summed over the keys, one entry per feature; each key has its "
-            "own bias, the sum over its features, so the bias has shape (Nk,)"),
-)
+DOT_MISTAKES = mistake_table(_form, [
+    ("scale_half", {"scale": lambda h: 1 / (2 * h**2)},
+     "your scale is half the right one: expanding each feature's square gives its "
+     "cross term twice (minus 2 q_f k_f), and the 2 does not go away"),
+    ("scale_not_squared", {"scale": lambda h: 1 / h},
+     "your scale is 1 over each bandwidth; the bandwidth enters the score squared, "
+     "like the distance it scales"),
+    ("scale_negative", {"scale": lambda h: -1 / h**2},
+     "your scale has the wrong sign: minus (minus 2 q_f k_f) over 2 h_f squared is "
+     "positive, so a query prefers keys on its own side along every feature"),
+    ("scale_inverted", {"scale": lambda h: h**2},
+     "your scale grows with the bandwidth, which divides the score: a wider bandwidth "
+     "makes a feature count less, not more"),
+    ("scale_matrix", {"scale": lambda h: torch.diag(1 / h**2)},
+     "your scale is the whole diagonal matrix (d by d); the question asks for its "
+     "diagonal only, one scale per feature, a tensor of shape (d,)"),
+    ("bias_positive", {"bias": lambda k, h: (k**2 / (2 * h**2)).sum(-1)},
+     "your bias has the wrong sign: a key's own terms are minus its squared "
+     "features over 2 h_f squared, which lowers the score of keys far from 0"),
+    ("bias_without_half", {"bias": lambda k, h: -(k**2 / h**2).sum(-1)},
+     "your bias is twice the right size: the factor 2 of the kernel's denominator is "
+     "missing from it"),
+    ("bias_not_squared", {"bias": lambda k, h: -(k**2 / (2 * h)).sum(-1)},
+     "your bias divides each squared feature by 2 h_f: the bandwidth is not squared "
+     "there, as it is in every term of the expanded score"),
+    ("bias_key_not_squared", {"bias": lambda k, h: -(k / (2 * h**2)).sum(-1)},
+     "your bias sums the key's features themselves; the key's own terms of the "
+     "expanded squares hold its squared features"),
+    ("bias_without_bandwidth", {"bias": lambda k, h: -(k**2).sum(-1) / 2},
+     "your bias is minus half the squared norm of the key, with no bandwidth: each "
+     "feature's term is scaled by that feature's own bandwidth too"),
+    ("bias_summed_bandwidths", {"bias": lambda k, h: -(k**2).sum(-1) / (2 * (h**2).sum())},
+     "your bias divides the key's squared norm by one sum of the squared "
+     "bandwidths; each squared feature is divided by its own bandwidth squared, "
+     "and only then are the features added up"),
+    ("bias_mean_bandwidth", {"bias": lambda k, h: -(k**2).sum(-1) / (2 * (h**2).mean())},
+     "your bias divides the key's squared norm by one average squared bandwidth, as "
+     "if every feature had the same; each squared feature is divided by its own "
+     "bandwidth squared"),
+    ("bias_two_h_squared", {"bias": lambda k, h: -(k**2 / (2 * h) ** 2).sum(-1)},
+     "your bias divides each squared feature by 2 h_f, all squared, which is 4 h_f "
+     "squared: only the bandwidth is squared, the 2 is not"),
+    ("bias_averaged", {"bias": lambda k, h: -(k**2 / (2 * h**2)).mean(-1)},
+     "your bias averages the features' terms; the expanded score adds them up, so "
+     "a key's bias is their sum"),
+    ("bias_not_summed", {"bias": lambda k, h: -(k**2 / (2 * h**2))},
+     "your bias has one entry per key and feature: a key's bias is one number, the "
+     "sum of its features' terms, so the bias has shape (Nk,)"),
+    ("bias_summed_over_keys", {"bias": lambda k, h: -(k**2 / (2 * h**2)).sum(0)},
+     "your bias is summed over the keys, one entry per feature; each key has its "
+     "own bias, the sum over its features, so the bias has shape (Nk,)"),
+])
 
 
 EXERCISE = Exercise(
@@ -587,16 +590,15 @@ EXERCISE = Exercise(
                  "candidate with the smallest score.",
             section=BANDWIDTH_SECTION,
         ),
-        Question(
+        prediction(
             id="q5_narrow",
             symbol="narrow_bandwidth_errors",
             title="Predict: the errors of a narrow kernel",
-            kind="predict",
             points=1,
-            reference=lambda: ERROR_TRENDS[1],
-            cases=lambda: [Case()],
+            answer=ERROR_TRENDS[1],
             choices=ERROR_TRENDS,
-            mistakes=TREND_MISTAKES,
+            mistakes=NOT_A_CHOICE,
+            wrong=WRONG_TRENDS,
             hint="Where is a training point among the keys, and what is its own weight "
                  "when the kernel is much narrower than the gaps between keys? And a new "
                  "query?",

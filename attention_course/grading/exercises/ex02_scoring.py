@@ -24,6 +24,7 @@ from torch import nn
 from attention_course import scoring
 from attention_course.grading.exercises._offsets import fits_with_offsets
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.grading.tables import drawn_cases, mistake_table, prediction
 from attention_course.i18n import N_, _
 
 # The chapter's headings, exactly as written in book/02_scoring.ipynb.
@@ -112,15 +113,13 @@ def _relation(expected: Any, got: Any, what: str = N_("scores")) -> str | None:
 
 
 # --------------------------------------------------------------------------- question 1
-def scaled_dot_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(201)
-    cases = []
-    # case 1 tells the known mistakes apart: sqrt(d) = 4, d = 16, 2d = 32, Nq = 3, Nk = 5, B = 2
-    for b, nq, nk, d, hidden in [(2, 3, 5, 16, False), (1, 6, 6, 4, False),
-                                 (3, 2, 7, 9, True), (2, 5, 3, 25, True)]:
-        label = f"B={b}, Nq={nq}, Nk={nk}, d={d}"
-        cases.append(Case(args=_qk(g, b, nq, nk, d), label=label, hidden=hidden))
-    return cases
+def _scaled_dot_case(g: torch.Generator, b: int, nq: int, nk: int, d: int) -> Case:
+    return Case(args=_qk(g, b, nq, nk, d), label=f"B={b}, Nq={nq}, Nk={nk}, d={d}")
+
+
+# case 1 tells the known mistakes apart: sqrt(d) = 4, d = 16, 2d = 32, Nq = 3, Nk = 5, B = 2
+scaled_dot_cases = drawn_cases(201, _scaled_dot_case, visible=[(2, 3, 5, 16), (1, 6, 6, 4)],
+                               hidden=[(3, 2, 7, 9), (2, 5, 3, 25)])
 
 
 def _dot(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -287,39 +286,35 @@ def long_key_task(g: torch.Generator, b: int, nq: int, nk: int, d: int, noise: f
     return q, k, target
 
 
-def predict_long_keys() -> dict[str, str]:
-    return {"finds_aligned_key": "cosine", "same_winner_as_dot": "scaled dot"}
+LONG_KEYS = {"finds_aligned_key": "cosine", "same_winner_as_dot": "scaled dot"}
+
+LONG_KEY_WRONG = [
+    ("dot_finds_aligned", "finds_aligned_key", "dot",
+     "a dot product is a length times a length times a cosine: a long key that "
+     "points roughly the right way outscores a short key that points exactly along "
+     "the query"),
+    ("scaled_finds_aligned", "finds_aligned_key", "scaled dot",
+     "the scaled dot product divides every score by the same sqrt(d), which cannot "
+     "change which key scores highest: it favours long keys exactly as the dot "
+     "product does"),
+    ("cosine_same_winner", "same_winner_as_dot", "cosine",
+     "the cosine divides each key's score by that key's own length, so it can "
+     "reorder the keys; only a factor shared by every score keeps the order"),
+    ("dot_same_winner", "same_winner_as_dot", "dot",
+     "the question asks for another score than the dot product itself"),
+]
 
 
-_LONG = predict_long_keys()
-
-LONG_KEY_MISTAKES = (
-    Mistake("dot_finds_aligned", lambda: {**_LONG, "finds_aligned_key": "dot"},
-            "a dot product is a length times a length times a cosine: a long key that "
-            "points roughly the right way outscores a short key that points exactly along "
-            "the query"),
-    Mistake("scaled_finds_aligned", lambda: {**_LONG, "finds_aligned_key": "scaled dot"},
-            "the scaled dot product divides every score by the same sqrt(d), which cannot "
-            "change which key scores highest: it favours long keys exactly as the dot "
-            "product does"),
-    Mistake("cosine_same_winner", lambda: {**_LONG, "same_winner_as_dot": "cosine"},
-            "the cosine divides each key's score by that key's own length, so it can "
-            "reorder the keys; only a factor shared by every score keeps the order"),
-    Mistake("dot_same_winner", lambda: {**_LONG, "same_winner_as_dot": "dot"},
-            "the question asks for another score than the dot product itself"),
-)
+def _hit_rate_case(g: torch.Generator, b: int, nq: int, nk: int, d: int,
+                   noise: float) -> Case:
+    return Case(args=long_key_task(g, b, nq, nk, d, noise),
+                label=f"B={b}, Nq={nq}, Nk={nk}, d={d}, noise {noise}")
 
 
-def hit_rate_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(204)
-    cases = []
-    # case 1 tells every known mistake apart, in every part
-    for b, nq, nk, d, noise, hidden in [(16, 3, 3, 4, 1.0, False), (40, 2, 8, 8, 0.3, False),
-                                        (30, 4, 4, 6, 1.5, True), (25, 3, 10, 16, 0.8, True)]:
-        label = f"B={b}, Nq={nq}, Nk={nk}, d={d}, noise {noise}"
-        cases.append(Case(args=long_key_task(g, b, nq, nk, d, noise), label=label,
-                          hidden=hidden))
-    return cases
+# case 1 tells every known mistake apart, in every part
+hit_rate_cases = drawn_cases(204, _hit_rate_case,
+                             visible=[(16, 3, 3, 4, 1.0), (40, 2, 8, 8, 0.3)],
+                             hidden=[(30, 4, 4, 6, 1.5), (25, 3, 10, 16, 0.8)])
 
 
 _SCORES = {"dot": scoring.dot_score, "scaled_dot": scoring.scaled_dot_score,
@@ -352,65 +347,68 @@ def _first_element_rate(scores: torch.Tensor, target: torch.Tensor) -> float:
 
 
 HIT_RATE_MISTAKES = (
-    Mistake("count_not_rate",
-            _rates(lambda s, t: int((s.argmax(dim=-1) == t).sum())),
-            "you gave the number of hits; the hit rate divides it by the number of queries "
-            "of all batch elements together"),
-    Mistake("percent", _rates(lambda s, t: 100 * _hit_rate(s, t)),
-            "you gave a percentage; the hit rate is a fraction, between 0 and 1"),
-    Mistake("miss_rate", _rates(lambda s, t: 1 - _hit_rate(s, t)),
-            "you returned the fraction of queries that miss their target key; the hit "
-            "rate is the fraction that find it"),
-    Mistake("lowest_score", _rates(lambda s, t: _hit_rate(-s, t)),
-            "you counted the key with the lowest score; a query's choice is the key with "
-            "the highest score (the largest attention weight)"),
-    Mistake("argmax_over_queries", _rates(_wrong_axis),
-            "you took the best entry over the queries (down a column); each query chooses "
-            "among the keys, along its row"),
-    Mistake("mean_weight_on_target",
-            _rates(lambda s, t: torch.gather(torch.softmax(s, dim=-1), -1, t[..., None])
-                   .mean().item()),
-            "you averaged the attention weight on each query's target key; the hit rate "
-            "counts the queries whose largest weight is on their target key"),
-    Mistake("never_hits", _rates(lambda s, t: 0.0),
-            "not one query hits its target in your count: did you compare the largest score "
-            "itself, rather than the position of the key that has it, with the target index?"),
+    *mistake_table(_rates, [
+        ("count_not_rate", {"rate": lambda s, t: int((s.argmax(dim=-1) == t).sum())},
+         "you gave the number of hits; the hit rate divides it by the number of queries "
+         "of all batch elements together"),
+        ("percent", {"rate": lambda s, t: 100 * _hit_rate(s, t)},
+         "you gave a percentage; the hit rate is a fraction, between 0 and 1"),
+        ("miss_rate", {"rate": lambda s, t: 1 - _hit_rate(s, t)},
+         "you returned the fraction of queries that miss their target key; the hit "
+         "rate is the fraction that find it"),
+        ("lowest_score", {"rate": lambda s, t: _hit_rate(-s, t)},
+         "you counted the key with the lowest score; a query's choice is the key with "
+         "the highest score (the largest attention weight)"),
+        ("argmax_over_queries", {"rate": _wrong_axis},
+         "you took the best entry over the queries (down a column); each query chooses "
+         "among the keys, along its row"),
+        ("mean_weight_on_target",
+         {"rate": lambda s, t: torch.gather(torch.softmax(s, dim=-1), -1, t[..., None])
+                   .mean().item()},
+         "you averaged the attention weight on each query's target key; the hit rate "
+         "counts the queries whose largest weight is on their target key"),
+        ("never_hits", {"rate": lambda s, t: 0.0},
+         "not one query hits its target in your count: did you compare the largest score "
+         "itself, rather than the position of the key that has it, with the target index?"),
+    ]),
     Mistake("cosine_rate_from_dot",
             lambda q, k, t: {**_rates(_hit_rate)(q, k, t),
                              "cosine": _hit_rate(scoring.dot_score(q, k), t)},
             "your cosine rate is the dot product's: are the cosine's hits counted on the "
             "cosine scores, not on the dot products?"),
-    Mistake("hits_per_batch_element",
-            _rates(lambda s, t: int((s.argmax(dim=-1) == t).sum()) / t.shape[0]),
-            "you divided the number of hits by the batch size only; every batch element "
-            "holds several queries, and the rate divides by all of them"),
-    Mistake("first_batch_element", _rates(_first_element_rate),
-            "your rate counts the queries of the first batch element only; the hit rate "
-            "is over the queries of every batch element"),
-    Mistake("mean_largest_weight",
-            _rates(lambda s, t: torch.softmax(s, dim=-1).amax(dim=-1).mean().item()),
-            "you averaged each query's largest attention weight; the hit rate asks whether "
-            "that largest weight sits on the query's target key"),
+    *mistake_table(_rates, [
+        ("hits_per_batch_element",
+         {"rate": lambda s, t: int((s.argmax(dim=-1) == t).sum()) / t.shape[0]},
+         "you divided the number of hits by the batch size only; every batch element "
+         "holds several queries, and the rate divides by all of them"),
+        ("first_batch_element", {"rate": _first_element_rate},
+         "your rate counts the queries of the first batch element only; the hit rate "
+         "is over the queries of every batch element"),
+        ("mean_largest_weight",
+         {"rate": lambda s, t: torch.softmax(s, dim=-1).amax(dim=-1).mean().item()},
+         "you averaged each query's largest attention weight; the hit rate asks whether "
+         "that largest weight sits on the query's target key"),
+    ]),
 )
 
 
 # --------------------------------------------------------------------------- question 5
-def additive_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(205)
-    cases = []
-    for dq, dk, h, b, nq, nk, hidden in [(4, 6, 8, 2, 3, 5, False), (5, 3, 4, 1, 1, 7, False),
-                                         (3, 3, 5, 2, 4, 4, False), (2, 9, 6, 3, 4, 2, True),
-                                         (7, 2, 3, 1, 5, 6, True)]:
-        q, k = _qk(g, b, nq, nk, dq, dk)
-        params = {
-            "W_q.weight": torch.randn(h, dq, generator=g) * 0.6,
-            "W_k.weight": torch.randn(h, dk, generator=g) * 0.6,
-            "w_v.weight": torch.randn(1, h, generator=g),
-        }
-        label = f"query_dim {dq}, key_dim {dk}, hidden {h}; B={b}, Nq={nq}, Nk={nk}"
-        cases.append(Case(init_args=(dq, dk, h), params=params, args=(q, k), label=label,
-                          hidden=hidden))
-    return cases
+def _additive_case(g: torch.Generator, dq: int, dk: int, h: int, b: int, nq: int,
+                   nk: int) -> Case:
+    q, k = _qk(g, b, nq, nk, dq, dk)
+    params = {
+        "W_q.weight": torch.randn(h, dq, generator=g) * 0.6,
+        "W_k.weight": torch.randn(h, dk, generator=g) * 0.6,
+        "w_v.weight": torch.randn(1, h, generator=g),
+    }
+    return Case(init_args=(dq, dk, h), params=params, args=(q, k),
+                label=f"query_dim {dq}, key_dim {dk}, hidden {h}; B={b}, Nq={nq}, Nk={nk}")
+
+
+additive_cases = drawn_cases(
+    205, _additive_case,
+    visible=[(4, 6, 8, 2, 3, 5), (5, 3, 4, 1, 1, 7), (3, 3, 5, 2, 4, 4)],
+    hidden=[(2, 9, 6, 3, 4, 2), (7, 2, 3, 1, 5, 6)])
 
 
 class _Additive(nn.Module):
@@ -540,87 +538,78 @@ def _true_variance(d: int, sq: float, sk: float) -> float:
     return dot_product_moments(d, sq, sk)["variance"]
 
 
-VARIANCE_MISTAKES = (
-    Mistake("std_for_variance", _moments(lambda d, sq, sk: d * sq * sk),
-            "you used the standard deviations where their squares belong: the variance of a "
-            "product of two independent zero-mean entries is the product of their "
-            "variances, sigma_q squared times sigma_k squared"),
-    Mistake("sigmas_ignored", _moments(lambda d, sq, sk: d),
-            "d (and sqrt(d)) holds only when both standard deviations are 1: the spread "
-            "of the entries scales every product q_i k_i"),
-    Mistake("variances_added", _moments(lambda d, sq, sk: d * (sq**2 + sk**2)),
-            "you added the two variances; for a product of independent zero-mean factors "
-            "they multiply (variances add for a sum, here the sum over the d terms)"),
-    Mistake("std_not_variance",
-            _moments(lambda d, sq, sk: math.sqrt(d) * sq * sk,
-                     lambda d, sq, sk: math.sqrt(d) * sq * sk),
-            "that is the standard deviation of q . k; the variance is its square"),
-    # the right variance, a divisor that is not its square root (before the variance
-    # mistakes whose own divisors they equal)
-    Mistake("divisor_d_not_root_d",
-            _moments(_true_variance, lambda d, sq, sk: d * sq * sk),
-            "your divisor multiplies d itself by the two standard deviations; the standard "
-            "deviation of q . k is the square root of its variance, which takes the square "
-            "root of d too"),
-    Mistake("divisor_with_variances",
-            _moments(_true_variance, lambda d, sq, sk: math.sqrt(d) * sq**2 * sk**2),
-            "your divisor multiplies sqrt(d) by the two variances; the square root of the "
-            "variance takes the square root of every factor, which leaves the two standard "
-            "deviations"),
-    Mistake("d_squared", _moments(lambda d, sq, sk: d**2 * sq**2 * sk**2),
-            "the d products are independent, so their variances add up to d times the "
-            "variance of one product; d squared would need all d products to be equal"),
-    Mistake("fourth_powers", _moments(lambda d, sq, sk: d * sq**4 * sk**4),
-            "sigma_q and sigma_k are standard deviations: each entry's variance is sigma "
-            "squared, not sigma to the fourth power"),
-    Mistake("one_product_only", _moments(lambda d, sq, sk: sq**2 * sk**2),
-            "that is the variance of one product q_i k_i; q . k adds d of them, independent, "
-            "so their variances add"),
-    Mistake("divide_by_variance", _moments(_true_variance, _true_variance),
-            "dividing by the variance leaves a variance of one over the variance; to bring "
-            "the variance to 1, divide by the standard deviation, its square root"),
-    Mistake("multiplier_not_divisor",
-            _moments(_true_variance, lambda d, sq, sk: 1 / math.sqrt(_true_variance(d, sq, sk))),
-            "you gave the factor to multiply by; the question asks for the number to divide "
-            "q . k by"),
-)
+VARIANCE_MISTAKES = mistake_table(_moments, [
+    ("std_for_variance", {"variance": lambda d, sq, sk: d * sq * sk},
+     "you used the standard deviations where their squares belong: the variance of a "
+     "product of two independent zero-mean entries is the product of their "
+     "variances, sigma_q squared times sigma_k squared"),
+    ("sigmas_ignored", {"variance": lambda d, sq, sk: d},
+     "d (and sqrt(d)) holds only when both standard deviations are 1: the spread "
+     "of the entries scales every product q_i k_i"),
+    ("variances_added", {"variance": lambda d, sq, sk: d * (sq**2 + sk**2)},
+     "you added the two variances; for a product of independent zero-mean factors "
+     "they multiply (variances add for a sum, here the sum over the d terms)"),
+    ("std_not_variance",
+     {"variance": lambda d, sq, sk: math.sqrt(d) * sq * sk,
+      "divisor": lambda d, sq, sk: math.sqrt(d) * sq * sk},
+     "that is the standard deviation of q . k; the variance is its square"),
+    ("divisor_d_not_root_d",
+     {"variance": _true_variance, "divisor": lambda d, sq, sk: d * sq * sk},
+     "your divisor multiplies d itself by the two standard deviations; the standard "
+     "deviation of q . k is the square root of its variance, which takes the square "
+     "root of d too"),
+    ("divisor_with_variances",
+     {"variance": _true_variance, "divisor": lambda d, sq, sk: math.sqrt(d) * sq**2 * sk**2},
+     "your divisor multiplies sqrt(d) by the two variances; the square root of the "
+     "variance takes the square root of every factor, which leaves the two standard "
+     "deviations"),
+    ("d_squared", {"variance": lambda d, sq, sk: d**2 * sq**2 * sk**2},
+     "the d products are independent, so their variances add up to d times the "
+     "variance of one product; d squared would need all d products to be equal"),
+    ("fourth_powers", {"variance": lambda d, sq, sk: d * sq**4 * sk**4},
+     "sigma_q and sigma_k are standard deviations: each entry's variance is sigma "
+     "squared, not sigma to the fourth power"),
+    ("one_product_only", {"variance": lambda d, sq, sk: sq**2 * sk**2},
+     "that is the variance of one product q_i k_i; q . k adds d of them, independent, "
+     "so their variances add"),
+    ("divide_by_variance", {"variance": _true_variance, "divisor": _true_variance},
+     "dividing by the variance leaves a variance of one over the variance; to bring "
+     "the variance to 1, divide by the standard deviation, its square root"),
+    ("multiplier_not_divisor",
+     {"variance": _true_variance,
+      "divisor": lambda d, sq, sk: 1 / math.sqrt(_true_variance(d, sq, sk))},
+     "you gave the factor to multiply by; the question asks for the number to divide "
+     "q . k by"),
+])
 
 
 # --------------------------------------------------------------------------- question 7
-def predict_softmax_changes() -> dict[str, str]:
-    return {"add_constant": "same", "dot_query_times_3": "larger",
-            "cosine_query_times_3": "same"}
+SOFTMAX_CHANGES = {"add_constant": "same", "dot_query_times_3": "larger",
+                   "cosine_query_times_3": "same"}
 
 
-_SOFTMAX = predict_softmax_changes()
-
-
-def _changed(key: str, answer: str) -> Callable[[], dict[str, str]]:
-    return lambda: {**_SOFTMAX, key: answer}
-
-
-SOFTMAX_MISTAKES = (
-    Mistake("shift_sharpens", _changed("add_constant", "larger"),
-            "adding the same number to every score multiplies every exponential by the same "
-            "factor, which the normalisation divides out: a softmax sees only the "
-            "differences between scores"),
-    Mistake("shift_flattens", _changed("add_constant", "smaller"),
-            "adding the same number to every score leaves every difference between them "
-            "as it was, and a softmax sees only those differences: the weights do not move"),
-    Mistake("dot_scale_ignored", _changed("dot_query_times_3", "same"),
-            "under the dot score, tripling the query triples every score of that query and "
-            "every gap between them: like a temperature of one third, it sharpens the "
-            "softmax"),
-    Mistake("dot_scale_flattens", _changed("dot_query_times_3", "smaller"),
-            "tripling every score spreads them further apart, which sharpens the softmax "
-            "(a lower temperature); flatter weights come from shrinking the scores"),
-    Mistake("cosine_scale_sharpens", _changed("cosine_query_times_3", "larger"),
-            "the cosine divides by the query's length, so tripling the query does not "
-            "change a single score: only directions count"),
-    Mistake("cosine_scale_flattens", _changed("cosine_query_times_3", "smaller"),
-            "a longer query has the same direction, and the cosine score sees only "
-            "directions: every score, and so every weight, stays as it was"),
-)
+SOFTMAX_WRONG = [
+    ("shift_sharpens", "add_constant", "larger",
+     "adding the same number to every score multiplies every exponential by the same "
+     "factor, which the normalisation divides out: a softmax sees only the "
+     "differences between scores"),
+    ("shift_flattens", "add_constant", "smaller",
+     "adding the same number to every score leaves every difference between them "
+     "as it was, and a softmax sees only those differences: the weights do not move"),
+    ("dot_scale_ignored", "dot_query_times_3", "same",
+     "under the dot score, tripling the query triples every score of that query and "
+     "every gap between them: like a temperature of one third, it sharpens the "
+     "softmax"),
+    ("dot_scale_flattens", "dot_query_times_3", "smaller",
+     "tripling every score spreads them further apart, which sharpens the softmax "
+     "(a lower temperature); flatter weights come from shrinking the scores"),
+    ("cosine_scale_sharpens", "cosine_query_times_3", "larger",
+     "the cosine divides by the query's length, so tripling the query does not "
+     "change a single score: only directions count"),
+    ("cosine_scale_flattens", "cosine_query_times_3", "smaller",
+     "a longer query has the same direction, and the cosine score sees only "
+     "directions: every score, and so every weight, stays as it was"),
+]
 
 
 # --------------------------------------------------------------------------- question 8
@@ -694,45 +683,45 @@ HARD_MISTAKES = (
     Mistake("softmax_over_queries", lambda s, v: _moments_of(torch.softmax(s, dim=0), v),
             "your softmax normalises down each column (over the queries); a query's draw "
             "is over the keys, so each row must sum to 1"),
-    Mistake("second_moment", _with_variance(lambda w, v: w @ v**2),
-            "that is the mean of the squared value; the variance subtracts the square of "
-            "the mean from it"),
-    Mistake("minus_sign_flipped", _with_variance(lambda w, v: (w @ v) ** 2 - w @ v**2),
-            "your variance is negative: the mean of the squared value minus the squared "
-            "mean has the terms the other way round"),
-    Mistake("std_not_variance",
-            _with_variance(lambda w, v: (w @ v**2 - (w @ v) ** 2).clamp_min(0).sqrt()),
-            "that is the standard deviation; the variance is its square"),
-    Mistake("squared_weights",
-            _with_variance(lambda w, v: ((w**2).unsqueeze(-1) * _centred(w, v)).sum(1)),
-            "you squared the weights: they are the probabilities of one draw, not the "
-            "coefficients of a sum of independent terms, so each squared deviation counts "
-            "with its probability itself"),
-    Mistake("squared_mean_only", _with_variance(lambda w, v: (w @ v) ** 2),
-            "that is the square of the mean; the variance is the mean of the squared value "
-            "minus it"),
-    Mistake("mean_not_squared", _with_variance(lambda w, v: w @ v**2 - w @ v),
-            "you subtracted the mean itself; the variance subtracts the square of the mean"),
-    Mistake("sample_correction",
-            _with_variance(lambda w, v: (w @ v**2 - (w @ v) ** 2) * v.shape[0] / (v.shape[0] - 1)),
-            "you applied the n - 1 correction of a sample variance; the probabilities here "
-            "are exact, not estimated from samples, so no correction belongs"),
-    Mistake("centred_on_plain_mean",
-            _with_variance(lambda w, v: w @ (v - v.mean(dim=0)) ** 2),
-            "your deviations are measured from the plain average of the values; they must "
-            "be measured from the mean of the draw, the weighted one"),
-    Mistake("independent_keys", _with_variance(lambda w, v: (w * (1 - w)) @ v**2),
-            "you added a variance per key as if each were drawn or not on its own; exactly "
-            "one key is drawn each time, so those events are not independent"),
-    Mistake("summed_over_entries",
-            _with_variance(lambda w, v: (w @ v**2 - (w @ v) ** 2).sum(-1, keepdim=True)
-                           .expand(-1, v.shape[1])),
-            "you added the variances of the entries of the value vectors; the question asks "
-            "for the variance of each entry on its own"),
-    Mistake("weights_not_averaged",
-            _with_variance(lambda w, v: _centred(w, v).mean(1)),
-            "you averaged the squared deviations from the mean with equal weight per key; "
-            "each one counts with the probability that its key is drawn"),
+    *mistake_table(_with_variance, [
+        ("second_moment", {"variance": lambda w, v: w @ v**2},
+         "that is the mean of the squared value; the variance subtracts the square of "
+         "the mean from it"),
+        ("minus_sign_flipped", {"variance": lambda w, v: (w @ v) ** 2 - w @ v**2},
+         "your variance is negative: the mean of the squared value minus the squared "
+         "mean has the terms the other way round"),
+        ("std_not_variance",
+         {"variance": lambda w, v: (w @ v**2 - (w @ v) ** 2).clamp_min(0).sqrt()},
+         "that is the standard deviation; the variance is its square"),
+        ("squared_weights",
+         {"variance": lambda w, v: ((w**2).unsqueeze(-1) * _centred(w, v)).sum(1)},
+         "you squared the weights: they are the probabilities of one draw, not the "
+         "coefficients of a sum of independent terms, so each squared deviation counts "
+         "with its probability itself"),
+        ("squared_mean_only", {"variance": lambda w, v: (w @ v) ** 2},
+         "that is the square of the mean; the variance is the mean of the squared value "
+         "minus it"),
+        ("mean_not_squared", {"variance": lambda w, v: w @ v**2 - w @ v},
+         "you subtracted the mean itself; the variance subtracts the square of the mean"),
+        ("sample_correction",
+         {"variance": lambda w, v: (w @ v**2 - (w @ v) ** 2) * v.shape[0] / (v.shape[0] - 1)},
+         "you applied the n - 1 correction of a sample variance; the probabilities here "
+         "are exact, not estimated from samples, so no correction belongs"),
+        ("centred_on_plain_mean", {"variance": lambda w, v: w @ (v - v.mean(dim=0)) ** 2},
+         "your deviations are measured from the plain average of the values; they must "
+         "be measured from the mean of the draw, the weighted one"),
+        ("independent_keys", {"variance": lambda w, v: (w * (1 - w)) @ v**2},
+         "you added a variance per key as if each were drawn or not on its own; exactly "
+         "one key is drawn each time, so those events are not independent"),
+        ("summed_over_entries",
+         {"variance": lambda w, v: (w @ v**2 - (w @ v) ** 2).sum(-1, keepdim=True)
+                           .expand(-1, v.shape[1])},
+         "you added the variances of the entries of the value vectors; the question asks "
+         "for the variance of each entry on its own"),
+        ("weights_not_averaged", {"variance": lambda w, v: _centred(w, v).mean(1)},
+         "you averaged the squared deviations from the mean with equal weight per key; "
+         "each one counts with the probability that its key is drawn"),
+    ]),
 )
 
 
@@ -773,17 +762,14 @@ EXERCISE = Exercise(
                   "across the columns. A zero vector has no direction, and its scores are 0."),
             section=DOT,
         ),
-        Question(
+        prediction(
             id="q3_predict_long_keys",
             symbol="predict_long_keys",
             title="Long keys: which score finds the key that points along the query?",
-            kind="predict",
             points=2,
-            reference=predict_long_keys,
-            cases=lambda: [Case()],
-            parts={"finds_aligned_key": 1, "same_winner_as_dot": 1},
+            answer=LONG_KEYS,
             choices=("dot", "scaled dot", "cosine"),
-            mistakes=LONG_KEY_MISTAKES,
+            wrong=LONG_KEY_WRONG,
             hint=("A dot product is the product of two lengths and a cosine; a positive "
                   "factor shared by every score never changes which score is largest."),
             section=DOT,
@@ -837,17 +823,14 @@ EXERCISE = Exercise(
                   "of its two factors. Dividing by c divides a variance by c squared."),
             section=WHY_SQRT_D,
         ),
-        Question(
+        prediction(
             id="q7_predict_softmax",
             symbol="predict_softmax_changes",
             title="What moves the largest weight of a softmax?",
-            kind="predict",
             points=3,
-            reference=predict_softmax_changes,
-            cases=lambda: [Case()],
-            parts={"add_constant": 1, "dot_query_times_3": 1, "cosine_query_times_3": 1},
+            answer=SOFTMAX_CHANGES,
             choices=("larger", "smaller", "same"),
-            mistakes=SOFTMAX_MISTAKES,
+            wrong=SOFTMAX_WRONG,
             hint=("A softmax sees only the differences between scores, and multiplying every "
                   "score by a factor works like a temperature. Ask first what each change "
                   "does to the scores."),

@@ -26,6 +26,7 @@ from attention_course import masking
 from attention_course.grading._driver import call_case, to_plain
 from attention_course.grading.compare import compare
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.grading.tables import mistake_table, prediction
 from attention_course.i18n import N_, _
 
 MINUS_INF = float("-inf")
@@ -424,27 +425,28 @@ def _describe_padding(case: Case, row: int) -> tuple[str, str]:
 
 
 PADDING_MISTAKES = (
-    Mistake("inverted",
-            _padding_variant(lambda p, lens, n: p >= lens, lambda p, lens, n: p < n - lens),
-            "True marks the padding in your mask: the opposite of the course's convention, "
-            "where True marks a real token (a key that may be attended to). PyTorch's "
-            "MultiheadAttention key padding mask uses your convention, ours does not"),
-    Mistake("side_ignored", _padding_variant(_pad_right, _pad_right),
-            "with side 'left' your mask is the same as with side 'right': with left padding "
-            "the padding comes first, so the real tokens are the last L positions"),
-    Mistake("left_starts_at_length", _padding_variant(_pad_right, lambda p, lens, n: p >= lens),
-            "with side 'left' your real tokens start at position L (the valid length): "
-            "they start after the padding, and there are max_len - L padding positions"),
-    Mistake("off_by_one", _padding_variant(lambda p, lens, n: p <= lens, _pad_left),
-            "one position too many is marked real: with valid length L the real tokens are "
-            "positions 0 to L - 1, and position L is the first padding"),
-    Mistake("left_one_short", _padding_variant(_pad_right, lambda p, lens, n: p > n - lens),
-            "with side 'left' you mark one real token too few: the first real token is at "
-            "position max_len - L, and your mask starts one later"),
-    Mistake("left_one_long",
-            _padding_variant(_pad_right, lambda p, lens, n: p >= n - lens - 1),
-            "with side 'left' you mark one position too many as real: the last padding "
-            "position, just before the first real token at max_len - L"),
+    *mistake_table(_padding_variant, [
+        ("inverted",
+         {"right": lambda p, lens, n: p >= lens, "left": lambda p, lens, n: p < n - lens},
+         "True marks the padding in your mask: the opposite of the course's convention, "
+         "where True marks a real token (a key that may be attended to). PyTorch's "
+         "MultiheadAttention key padding mask uses your convention, ours does not"),
+        ("side_ignored", {"right": _pad_right, "left": _pad_right},
+         "with side 'left' your mask is the same as with side 'right': with left padding "
+         "the padding comes first, so the real tokens are the last L positions"),
+        ("left_starts_at_length", {"right": _pad_right, "left": lambda p, lens, n: p >= lens},
+         "with side 'left' your real tokens start at position L (the valid length): "
+         "they start after the padding, and there are max_len - L padding positions"),
+        ("off_by_one", {"right": lambda p, lens, n: p <= lens, "left": _pad_left},
+         "one position too many is marked real: with valid length L the real tokens are "
+         "positions 0 to L - 1, and position L is the first padding"),
+        ("left_one_short", {"right": _pad_right, "left": lambda p, lens, n: p > n - lens},
+         "with side 'left' you mark one real token too few: the first real token is at "
+         "position max_len - L, and your mask starts one later"),
+        ("left_one_long", {"right": _pad_right, "left": lambda p, lens, n: p >= n - lens - 1},
+         "with side 'left' you mark one position too many as real: the last padding "
+         "position, just before the first real token at max_len - L"),
+    ]),
     Mistake("width_from_lengths",
             lambda valid_lens, max_len, side="right": padding_mask(
                 valid_lens, int(valid_lens.max()), side),
@@ -544,53 +546,45 @@ PREDICTION = {"careful_a": "only the padding", "careful_b": "no position (zero w
               "broken_b": "NaN"}
 
 
-def prediction() -> dict[str, str]:
-    return dict(PREDICTION)
-
-
-def _predicting(key: str, choice: str) -> Callable[[], dict[str, str]]:
-    return lambda: {**PREDICTION, key: choice}
-
-
-PREDICT_MISTAKES = (
-    Mistake("a_real", _predicting("careful_a", "only the real tokens"),
-            "sentence A: you assumed the mask still marks the real tokens. With True on the "
-            "padding and True meaning allowed, the mask now allows exactly the padding"),
-    Mistake("a_uniform", _predicting("careful_a", "every position equally"),
-            "sentence A: the mask is not ignored, it is misread. Its True entries still "
-            "decide which keys share the weight, so the weights are not spread evenly"),
-    Mistake("a_zero", _predicting("careful_a", "no position (zero weights)"),
-            "sentence A: its row is not empty. The inverted mask is True on its two padding "
-            "positions, so the query has allowed keys"),
-    Mistake("a_nan", _predicting("careful_a", "NaN"),
-            "sentence A: no NaN here. Your fixed attention never gives NaN, and this row "
-            "still has allowed keys (its padding)"),
-    Mistake("b_real", _predicting("careful_b", "only the real tokens"),
-            "sentence B: it has no padding, so its inverted mask is False everywhere: no "
-            "key at all is allowed, real or not"),
-    Mistake("b_padding", _predicting("careful_b", "only the padding"),
-            "sentence B: it has no padding to attend to. Its inverted mask is False "
-            "everywhere"),
-    Mistake("b_uniform", _predicting("careful_b", "every position equally"),
-            "sentence B: even weights come from a large finite negative fill; your fixed "
-            "attention gives a query that may see nothing zero weights"),
-    Mistake("b_nan", _predicting("careful_b", "NaN"),
-            "sentence B: the row is empty, but your fixed attention (question 3) turns an "
-            "empty row into zeros, never into NaN"),
-    Mistake("broken_real", _predicting("broken_b", "only the real tokens"),
-            "the given broken code on sentence B: the inverted mask allows no key at all, "
-            "so every score of the row is replaced by minus infinity before the softmax"),
-    Mistake("broken_padding", _predicting("broken_b", "only the padding"),
-            "the given broken code on sentence B: there is no padding in sentence B, and "
-            "its inverted mask allows no key at all"),
-    Mistake("broken_uniform", _predicting("broken_b", "every position equally"),
-            "the given broken code on sentence B: even weights would come from a finite "
-            "fill, but the broken code fills with minus infinity, and the softmax of a row "
-            "of minus infinities is not a number"),
-    Mistake("broken_zero", _predicting("broken_b", "no position (zero weights)"),
-            "the given broken code on sentence B: zero weights are what your fixed version "
-            "gives. The broken code hands a row of minus infinities to a plain softmax"),
-)
+PREDICT_WRONG = [
+    ("a_real", "careful_a", "only the real tokens",
+     "sentence A: you assumed the mask still marks the real tokens. With True on the "
+     "padding and True meaning allowed, the mask now allows exactly the padding"),
+    ("a_uniform", "careful_a", "every position equally",
+     "sentence A: the mask is not ignored, it is misread. Its True entries still "
+     "decide which keys share the weight, so the weights are not spread evenly"),
+    ("a_zero", "careful_a", "no position (zero weights)",
+     "sentence A: its row is not empty. The inverted mask is True on its two padding "
+     "positions, so the query has allowed keys"),
+    ("a_nan", "careful_a", "NaN",
+     "sentence A: no NaN here. Your fixed attention never gives NaN, and this row "
+     "still has allowed keys (its padding)"),
+    ("b_real", "careful_b", "only the real tokens",
+     "sentence B: it has no padding, so its inverted mask is False everywhere: no "
+     "key at all is allowed, real or not"),
+    ("b_padding", "careful_b", "only the padding",
+     "sentence B: it has no padding to attend to. Its inverted mask is False "
+     "everywhere"),
+    ("b_uniform", "careful_b", "every position equally",
+     "sentence B: even weights come from a large finite negative fill; your fixed "
+     "attention gives a query that may see nothing zero weights"),
+    ("b_nan", "careful_b", "NaN",
+     "sentence B: the row is empty, but your fixed attention (question 3) turns an "
+     "empty row into zeros, never into NaN"),
+    ("broken_real", "broken_b", "only the real tokens",
+     "the given broken code on sentence B: the inverted mask allows no key at all, "
+     "so every score of the row is replaced by minus infinity before the softmax"),
+    ("broken_padding", "broken_b", "only the padding",
+     "the given broken code on sentence B: there is no padding in sentence B, and "
+     "its inverted mask allows no key at all"),
+    ("broken_uniform", "broken_b", "every position equally",
+     "the given broken code on sentence B: even weights would come from a finite "
+     "fill, but the broken code fills with minus infinity, and the softmax of a row "
+     "of minus infinities is not a number"),
+    ("broken_zero", "broken_b", "no position (zero weights)",
+     "the given broken code on sentence B: zero weights are what your fixed version "
+     "gives. The broken code hands a row of minus infinities to a plain softmax"),
+]
 
 
 # --------------------------------------------------------------------------- question 5
@@ -626,25 +620,27 @@ def _describe_cached(case: Case, row: int) -> tuple[str, str]:
 
 
 CACHED_MISTAKES = (
-    Mistake("top_left", _tril(lambda n, nk: 0),
-            "your queries see the keys as if they were the first n positions (top-left "
-            "alignment): the n new tokens are the last n positions, so query i also sees "
-            "every cached key before it, and the last query sees every key"),
-    Mistake("no_diagonal", _tril(lambda n, nk: nk - n - 1),
-            "each query is denied its own position: a token may attend to itself, so the "
-            "key at the query's own position must be True"),
-    Mistake("inverted", _tril(lambda n, nk: nk - n, invert=True),
-            "True marks the forbidden (future) keys in your mask, the opposite of the "
-            "course's convention: True means the query may attend to that key"),
-    Mistake("one_future", _tril(lambda n, nk: nk - n + 1),
-            "each query also sees the key right after its own position, the next token, "
-            "which it must not see"),
-    Mistake("offset_negated", _tril(lambda n, nk: n - nk),
-            "your queries see fewer keys than the top-left mask would, not more: the cached "
-            "keys shift what a query may see to the right, towards the later keys"),
-    Mistake("past_hidden", _tril(lambda n, nk: nk - n, upper=True),
-            "your mask lets each query see its own and the later positions and hides the "
-            "earlier ones: a token attends to the past, not to the future"),
+    *mistake_table(_tril, [
+        ("top_left", {"offset": lambda n, nk: 0},
+         "your queries see the keys as if they were the first n positions (top-left "
+         "alignment): the n new tokens are the last n positions, so query i also sees "
+         "every cached key before it, and the last query sees every key"),
+        ("no_diagonal", {"offset": lambda n, nk: nk - n - 1},
+         "each query is denied its own position: a token may attend to itself, so the "
+         "key at the query's own position must be True"),
+        ("inverted", {"offset": lambda n, nk: nk - n, "invert": True},
+         "True marks the forbidden (future) keys in your mask, the opposite of the "
+         "course's convention: True means the query may attend to that key"),
+        ("one_future", {"offset": lambda n, nk: nk - n + 1},
+         "each query also sees the key right after its own position, the next token, "
+         "which it must not see"),
+        ("offset_negated", {"offset": lambda n, nk: n - nk},
+         "your queries see fewer keys than the top-left mask would, not more: the cached "
+         "keys shift what a query may see to the right, towards the later keys"),
+        ("past_hidden", {"offset": lambda n, nk: nk - n, "upper": True},
+         "your mask lets each query see its own and the later positions and hides the "
+         "earlier ones: a token attends to the past, not to the future"),
+    ]),
     Mistake("all_true", lambda n, nk: torch.ones(n, nk, dtype=torch.bool),
             "your mask allows every key for every query: the new tokens must not see the "
             "new tokens that come after them"),
@@ -719,13 +715,15 @@ COUNT_MISTAKES = (
             _counting(lambda n, L: L * L // 2 + (n - L) * L, lambda n, L: L * L // 2),
             "you counted the real block's triangle as half of L squared; with its diagonal "
             "it holds 1 + 2 + ... + L pairs, which is more than L squared over 2"),
-    Mistake("left_padded_keys_seen",
-            _counting(pairs_left=lambda n, L: L * (L + 1) // 2 + (n - L) * (n - L + 1) // 2),
-            "with left padding you let each padded query see the padding before it: the "
-            "padding mask hides every padded key, so those rows allow no key at all"),
-    Mistake("empty_counts_real", _counting(empty_rows_left=lambda n, L: L),
-            "you counted the real queries: an empty row is a query that may attend to no "
-            "key, and with left padding those are the padded queries at the start"),
+    *mistake_table(_counting, [
+        ("left_padded_keys_seen",
+         {"pairs_left": lambda n, L: L * (L + 1) // 2 + (n - L) * (n - L + 1) // 2},
+         "with left padding you let each padded query see the padding before it: the "
+         "padding mask hides every padded key, so those rows allow no key at all"),
+        ("empty_counts_real", {"empty_rows_left": lambda n, L: L},
+         "you counted the real queries: an empty row is a query that may attend to no "
+         "key, and with left padding those are the padded queries at the start"),
+    ]),
 )
 
 
@@ -790,17 +788,14 @@ EXERCISE = Exercise(
                   "every line with the formula of section 3.5."),
             section=SECTION_EMPTY,
         ),
-        Question(
+        prediction(
             id="q4_predict_inverted",
             symbol="predict_inverted_mask",
             title="Predict: a padding mask with the opposite convention",
-            kind="predict",
             points=3,
-            reference=prediction,
-            cases=lambda: [Case()],
-            parts={"careful_a": 1, "careful_b": 1, "broken_b": 1},
+            answer=PREDICTION,
             choices=CHOICES,
-            mistakes=PREDICT_MISTAKES,
+            wrong=PREDICT_WRONG,
             hint=("Work out, for each sentence, which keys the inverted mask allows; then "
                   "what each implementation does with a row that allows nothing."),
             section=SECTION_EMPTY,

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import torch
 
-from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.grading.spec import Case, Exercise, Question
+from attention_course.grading.tables import changed, mistake_table, prediction
 from attention_course.i18n import _
 from attention_course.masking import masked_softmax
 
@@ -210,95 +210,94 @@ Q1 = Question(
     cases=attention_step_cases,
     grad=True,
     diagnose=_padding_gets_weight(4),
-    mistakes=(
-        Mistake("current_state", partial(_bahdanau, query_at=lambda t, last: t),
-                "your query is the decoder state s_t, the one step t produces; in Bahdanau's "
-                "decoder the context of step t is an input of that step, so the query is the "
-                "previous state s_(t-1)"),
-        Mistake("last_state", partial(_bahdanau, query_at=lambda t, last: last),
-                "your query is the last state s_T for every step; the query of step t is the "
-                "previous state s_(t-1), different for every output word"),
-        Mistake("first_state", partial(_bahdanau, query_at=lambda t, last: 0),
-                "your query is s_0 whatever the step: right only at t = 1; at step t the "
-                "query is the previous state s_(t-1)"),
-        Mistake("embeddings_as_values", partial(_bahdanau, values="embeddings"),
-                "your weights are right but the context is a blend of the source embeddings "
-                "x_j; the values are the encoder states h_j, the same vectors as the keys"),
-        Mistake("embeddings_as_keys", partial(_bahdanau, keys="embeddings"),
-                "your scores compare the query with the source embeddings x_j; the keys are "
-                "the encoder states h_j, which know the words around each position"),
-        Mistake("embeddings_as_keys_and_values",
-                partial(_bahdanau, keys="embeddings", values="embeddings"),
-                "you attend over the source embeddings x_j (as keys and as values); the "
-                "decoder attends over the encoder states h_j"),
-        Mistake("no_mask", partial(_bahdanau, mask="none"),
-                "padded source positions get weight: the softmax must run over the real "
-                "positions only, those before each sentence's valid length"),
-        Mistake("mask_one_too_many", partial(_bahdanau, mask="one_more"),
-                "the first padded position of each short sentence still gets weight: a "
-                "sentence of valid length L keeps positions 0 to L-1 only (counting from 0)"),
-        Mistake("mask_one_too_few", partial(_bahdanau, mask="one_less"),
-                "your mask also removes the last real position (the source's end-of-sentence "
-                "token): a valid length L keeps positions 0 to L-1, counting from 0"),
-        Mistake("mask_inverted", partial(_bahdanau, mask="inverted"),
-                "your mask keeps the padded positions and removes the real ones (a sentence "
-                "without padding gets no position at all, hence NaN): the positions to keep "
-                "are those before the valid length"),
-        Mistake("mask_after_softmax", partial(_bahdanau, mask="after"),
-                "the padded positions get 0, but the weights of a padded sentence no longer "
-                "sum to 1: remove the padded positions before the softmax, not after it"),
-        Mistake("softmax_over_batch", partial(_bahdanau, softmax_over="batch"),
-                "your softmax normalises across the sentences of the batch (for each source "
-                "position) instead of across the source positions of each sentence"),
-        Mistake("no_tanh", partial(_bahdanau, score="no_tanh"),
-                "your scores miss the tanh between the sum of the two projections and the "
-                "final projection by w_v"),
-        Mistake("projections_swapped", partial(_bahdanau, projections="swapped"),
-                "your query goes through W_k and the encoder states through W_q: W_q "
-                "projects the decoder state, W_k the encoder states"),
-        Mistake("projections_untransposed", partial(_bahdanau, projections="untransposed"),
-                "your projections use W_q and W_k the wrong way round (their transposes): "
-                "W_q has one row per hidden unit and one column per feature of the state, "
-                "so the hidden features are W_q times the state"),
-        Mistake("relu", partial(_bahdanau, score="relu"),
-                "your hidden layer uses a ReLU (the MLP score of chapter 2); the additive "
-                "score squashes it with tanh"),
-        Mistake("tanh_outside", partial(_bahdanau, score="tanh_outside"),
-                "your tanh comes after the projection by w_v; it belongs inside, on the "
-                "hidden features, before w_v turns them into one number"),
-        Mistake("no_w_v", partial(_bahdanau, score="no_w_v"),
-                "your scores add up the features of the hidden layer instead of weighting "
-                "them with the vector w_v"),
-        Mistake("scaled", partial(_bahdanau, score="scaled"),
-                "your scores are divided by the square root of a size (of the states or of "
-                "the hidden layer); the additive score has no such scale (that belongs to the "
-                "scaled dot product)"),
-        Mistake("context_mean", partial(_bahdanau, mean=True),
-                "your context is divided by the number of source positions: the weights "
-                "already sum to 1, so the context is their weighted sum, not a mean"),
-        Mistake("uniform", partial(_bahdanau, score="constant"),
-                "your weights are uniform over the real positions, whatever the query: the "
-                "scores never reached the softmax"),
-        Mistake("context_broadcast", partial(_bahdanau, broadcast=True),
-                "your context has shape (B, B, H_enc): a matrix product of the (B, S) weights "
-                "with the (B, S, H_enc) states pairs every sentence's weights with every "
-                "sentence's states; weight each sentence's own states and sum over its "
-                "source positions"),
-        Mistake("dot_score", partial(_bahdanau, score="dot"),
-                "your scores are dot products of the query with the encoder states; "
-                "Bahdanau's score is additive: project both, add, squash with tanh, and "
-                "read the result out with w_v"),
-        Mistake("query_not_projected", partial(_bahdanau, projections="query_unprojected"),
-                "your query enters the sum without its projection W_q; both the decoder "
-                "state and the encoder states are projected into the hidden layer first"),
-        Mistake("context_kept_axis", partial(_bahdanau, keep_axis=True),
-                "your context has shape (B, 1, H_enc): a batched matrix product of the "
-                "weights as a (B, 1, S) row keeps the axis of the single query; the context "
-                "is (B, H_enc), one vector per sentence"),
-        Mistake("swapped_outputs", partial(_bahdanau, swap=True),
-                "you give back the weights first and the context second; the answer is the "
-                "pair (context, weights)"),
-    ),
+    mistakes=mistake_table(changed(_bahdanau), [
+        ("current_state", {"query_at": lambda t, last: t},
+         "your query is the decoder state s_t, the one step t produces; in Bahdanau's "
+         "decoder the context of step t is an input of that step, so the query is the "
+         "previous state s_(t-1)"),
+        ("last_state", {"query_at": lambda t, last: last},
+         "your query is the last state s_T for every step; the query of step t is the "
+         "previous state s_(t-1), different for every output word"),
+        ("first_state", {"query_at": lambda t, last: 0},
+         "your query is s_0 whatever the step: right only at t = 1; at step t the "
+         "query is the previous state s_(t-1)"),
+        ("embeddings_as_values", {"values": "embeddings"},
+         "your weights are right but the context is a blend of the source embeddings "
+         "x_j; the values are the encoder states h_j, the same vectors as the keys"),
+        ("embeddings_as_keys", {"keys": "embeddings"},
+         "your scores compare the query with the source embeddings x_j; the keys are "
+         "the encoder states h_j, which know the words around each position"),
+        ("embeddings_as_keys_and_values", {"keys": "embeddings", "values": "embeddings"},
+         "you attend over the source embeddings x_j (as keys and as values); the "
+         "decoder attends over the encoder states h_j"),
+        ("no_mask", {"mask": "none"},
+         "padded source positions get weight: the softmax must run over the real "
+         "positions only, those before each sentence's valid length"),
+        ("mask_one_too_many", {"mask": "one_more"},
+         "the first padded position of each short sentence still gets weight: a "
+         "sentence of valid length L keeps positions 0 to L-1 only (counting from 0)"),
+        ("mask_one_too_few", {"mask": "one_less"},
+         "your mask also removes the last real position (the source's end-of-sentence "
+         "token): a valid length L keeps positions 0 to L-1, counting from 0"),
+        ("mask_inverted", {"mask": "inverted"},
+         "your mask keeps the padded positions and removes the real ones (a sentence "
+         "without padding gets no position at all, hence NaN): the positions to keep "
+         "are those before the valid length"),
+        ("mask_after_softmax", {"mask": "after"},
+         "the padded positions get 0, but the weights of a padded sentence no longer "
+         "sum to 1: remove the padded positions before the softmax, not after it"),
+        ("softmax_over_batch", {"softmax_over": "batch"},
+         "your softmax normalises across the sentences of the batch (for each source "
+         "position) instead of across the source positions of each sentence"),
+        ("no_tanh", {"score": "no_tanh"},
+         "your scores miss the tanh between the sum of the two projections and the "
+         "final projection by w_v"),
+        ("projections_swapped", {"projections": "swapped"},
+         "your query goes through W_k and the encoder states through W_q: W_q "
+         "projects the decoder state, W_k the encoder states"),
+        ("projections_untransposed", {"projections": "untransposed"},
+         "your projections use W_q and W_k the wrong way round (their transposes): "
+         "W_q has one row per hidden unit and one column per feature of the state, "
+         "so the hidden features are W_q times the state"),
+        ("relu", {"score": "relu"},
+         "your hidden layer uses a ReLU (the MLP score of chapter 2); the additive "
+         "score squashes it with tanh"),
+        ("tanh_outside", {"score": "tanh_outside"},
+         "your tanh comes after the projection by w_v; it belongs inside, on the "
+         "hidden features, before w_v turns them into one number"),
+        ("no_w_v", {"score": "no_w_v"},
+         "your scores add up the features of the hidden layer instead of weighting "
+         "them with the vector w_v"),
+        ("scaled", {"score": "scaled"},
+         "your scores are divided by the square root of a size (of the states or of "
+         "the hidden layer); the additive score has no such scale (that belongs to the "
+         "scaled dot product)"),
+        ("context_mean", {"mean": True},
+         "your context is divided by the number of source positions: the weights "
+         "already sum to 1, so the context is their weighted sum, not a mean"),
+        ("uniform", {"score": "constant"},
+         "your weights are uniform over the real positions, whatever the query: the "
+         "scores never reached the softmax"),
+        ("context_broadcast", {"broadcast": True},
+         "your context has shape (B, B, H_enc): a matrix product of the (B, S) weights "
+         "with the (B, S, H_enc) states pairs every sentence's weights with every "
+         "sentence's states; weight each sentence's own states and sum over its "
+         "source positions"),
+        ("dot_score", {"score": "dot"},
+         "your scores are dot products of the query with the encoder states; "
+         "Bahdanau's score is additive: project both, add, squash with tanh, and "
+         "read the result out with w_v"),
+        ("query_not_projected", {"projections": "query_unprojected"},
+         "your query enters the sum without its projection W_q; both the decoder "
+         "state and the encoder states are projected into the hidden layer first"),
+        ("context_kept_axis", {"keep_axis": True},
+         "your context has shape (B, 1, H_enc): a batched matrix product of the "
+         "weights as a (B, 1, S) row keeps the axis of the single query; the context "
+         "is (B, H_enc), one vector per sentence"),
+        ("swapped_outputs", {"swap": True},
+         "you give back the weights first and the context second; the answer is the "
+         "pair (context, weights)"),
+    ]),
     hint="The query is what the decoder knew before writing word t; the keys and the values "
          "are the same vectors; the padded positions are taken out before the softmax, not "
          "after it.",
@@ -386,31 +385,34 @@ Q2 = Question(
     cases=luong_cases,
     grad=True,
     diagnose=_padding_gets_weight(3),
-    mistakes=(
-        Mistake("unchanged", partial(_luong, current=False, general=False, softmax_dim=0),
-                "this is the code as it was given: all three bugs are still there (which "
-                "state is the query, how the score is computed, over which axis the softmax "
-                "normalises)"),
-        Mistake("previous_and_dot", partial(_luong, current=False, general=False),
-                "the softmax is fixed, two bugs remain: " + _PREVIOUS + "; and " + _DOT),
-        Mistake("previous_and_batch", partial(_luong, current=False, softmax_dim=0),
-                "the score is fixed, two bugs remain: " + _PREVIOUS + "; and " + _BATCH),
-        Mistake("dot_and_batch", partial(_luong, general=False, softmax_dim=0),
-                "the query is fixed, two bugs remain: " + _DOT + "; and " + _BATCH),
-        Mistake("previous", partial(_luong, current=False), "one bug remains: " + _PREVIOUS),
-        Mistake("dot", partial(_luong, general=False), "one bug remains: " + _DOT),
-        Mistake("batch", partial(_luong, softmax_dim=0), "one bug remains: " + _BATCH),
-        Mistake("transposed", partial(_luong, transposed=True),
-                "W is used the wrong way round: the score is the decoder state, times W, "
-                "times the encoder state (the rows of W belong to the decoder side)"),
-        Mistake("mask_changed", partial(_luong, inverted_mask=True),
-                "the mask was right, and now it keeps the padded positions and removes the "
-                "real ones (a sentence without padding gets NaN): leave the mask as given"),
-        Mistake("scaled", partial(_luong, scaled=True),
-                "your scores are divided by the square root of the state size; Luong's "
-                "'general' score has no such scale (that belongs to the Transformer's "
-                "scaled dot product)"),
-    ),
+    mistakes=mistake_table(changed(_luong), [
+        ("unchanged", {"current": False, "general": False, "softmax_dim": 0},
+         "this is the code as it was given: all three bugs are still there (which "
+         "state is the query, how the score is computed, over which axis the softmax "
+         "normalises)"),
+        ("previous_and_dot", {"current": False, "general": False},
+         "the softmax is fixed, two bugs remain: " + _PREVIOUS + "; and " + _DOT),
+        ("previous_and_batch", {"current": False, "softmax_dim": 0},
+         "the score is fixed, two bugs remain: " + _PREVIOUS + "; and " + _BATCH),
+        ("dot_and_batch", {"general": False, "softmax_dim": 0},
+         "the query is fixed, two bugs remain: " + _DOT + "; and " + _BATCH),
+        ("previous", {"current": False},
+         "one bug remains: " + _PREVIOUS),
+        ("dot", {"general": False},
+         "one bug remains: " + _DOT),
+        ("batch", {"softmax_dim": 0},
+         "one bug remains: " + _BATCH),
+        ("transposed", {"transposed": True},
+         "W is used the wrong way round: the score is the decoder state, times W, "
+         "times the encoder state (the rows of W belong to the decoder side)"),
+        ("mask_changed", {"inverted_mask": True},
+         "the mask was right, and now it keeps the padded positions and removes the "
+         "real ones (a sentence without padding gets NaN): leave the mask as given"),
+        ("scaled", {"scaled": True},
+         "your scores are divided by the square root of the state size; Luong's "
+         "'general' score has no such scale (that belongs to the Transformer's "
+         "scaled dot product)"),
+    ]),
     hint="Compare each line with the description above the code: which state is the query, "
          "what the 'general' score multiplies, and which axis of the scores runs over the "
          "source positions.",
@@ -429,21 +431,12 @@ def _predict(qid: str, symbol: str, title: str, answer: dict[str, str],
     """A prediction of one choice per part, a point per part. Every wrong choice of every
     part is a known mistake: the misconception behind it is explained, and a choice that
     belongs to another part is said to be one (the right answer is never printed)."""
-    mistakes = []
-    for key, right in answer.items():
-        for choice in choices:
-            if choice == right:
-                continue
-            message = explain.get((key, choice)) or (
+    wrong = [(f"{key}_{choice.replace(' ', '_')}", key, choice, explain.get((key, choice)) or (
                 f"{choice!r} does not answer this part ({key!r}): it is a choice for "
-                f"another part of the question; reread what {key!r} asks")
-            wrong = {**answer, key: choice}
-            mistakes.append(Mistake(f"{key}_{choice.replace(' ', '_')}",
-                                    lambda wrong=wrong: dict(wrong), message))
-    return Question(id=qid, symbol=symbol, title=title, kind="predict", points=len(answer),
-                    reference=lambda: dict(answer), cases=lambda: [Case()],
-                    parts=dict.fromkeys(answer, 1), choices=choices,
-                    mistakes=tuple(mistakes), hint=hint, section=section)
+                f"another part of the question; reread what {key!r} asks"))
+             for key, right in answer.items() for choice in choices if choice != right]
+    return prediction(id=qid, symbol=symbol, title=title, points=len(answer), answer=answer,
+                      choices=choices, wrong=wrong, hint=hint, section=section)
 
 
 Q3 = _predict(
@@ -481,8 +474,10 @@ def attention_score_counts(src_lens: list[int], tgt_lens: list[int]) -> dict[str
             "used": sum(a * b for a, b in zip(s, t, strict=True))}
 
 
-def _counts(src_extra: int, tgt_extra: int, computed: str = "padded",
+def _counts(src_extra: int = 1, tgt_extra: int = 1, computed: str = "padded",
             used: str = "real") -> Callable[..., dict[str, int]]:
+    """A wrong count: ``src_extra`` and ``tgt_extra`` special tokens added to each length
+    (1 each is right), the scores ``computed`` and ``used`` counted another way."""
     def wrong(src_lens: list[int], tgt_lens: list[int]) -> dict[str, int]:
         s = [n + src_extra for n in src_lens]
         t = [n + tgt_extra for n in tgt_lens]
@@ -519,52 +514,52 @@ Q4 = Question(
     reference=attention_score_counts,
     cases=score_count_cases,
     parts={"computed": 1, "used": 1},
-    mistakes=(
-        Mistake("no_specials", _counts(0, 0),
-                "you count the words only: the source also ends in <eos> (the model scores "
-                "it too), and the decoder makes one step more than the sentence has words "
-                "(the last step writes <eos>)"),
-        Mistake("no_eos_step", _counts(1, 0),
-                "the source side is right, but the decoder makes one step more than the "
-                "Chinese sentence has words: its input starts with <bos>, its last output is "
-                "<eos>"),
-        Mistake("no_source_eos", _counts(0, 1),
-                "the decoder's steps are right, but every source sentence also ends in "
-                "<eos>, one more position to score"),
-        Mistake("source_bos", _counts(2, 1),
-                "the source gets <eos> only, no <bos>: one extra position per English "
-                "sentence, not two"),
-        Mistake("two_extra_steps", _counts(1, 2),
-                "the decoder makes one step more than the Chinese sentence has words, not "
-                "two: <bos> is the input of the first step and <eos> the output of the last"),
-        Mistake("padding_skipped", _counts(1, 1, computed="real"),
-                "the model does not skip padding: every sentence of the batch is scored at "
-                "every padded source position and for every padded decoder step (the mask "
-                "only sets weights to 0 afterwards)"),
-        Mistake("target_steps_unpadded", _counts(1, 1, computed="target_unpadded"),
-                "the decoder runs every step for every sentence of the batch, the padded "
-                "steps after a short target's end too (the loop does not stop early for "
-                "one sentence)"),
-        Mistake("source_unpadded", _counts(1, 1, computed="source_unpadded"),
-                "every sentence is scored at every source position of the batch, the "
-                "padded positions after a short source's end too"),
-        Mistake("one_sentence", _counts(1, 1, computed="one_sentence"),
-                "you count the scores of one sentence; the batch scores every one of its B "
-                "sentences"),
-        Mistake("all_used", _counts(1, 1, used="computed"),
-                "not every computed score can change the loss: those at padded source "
-                "positions get weight 0, and the padded decoder steps are left out of the "
-                "loss"),
-        Mistake("product_of_sums", _counts(1, 1, used="product_of_sums"),
-                "a sentence attends only over its own source: add up one product per "
-                "sentence, instead of multiplying the summed lengths"),
-        Mistake("target_padding_used", _counts(1, 1, used="target_padding"),
-                "the padded decoder steps of a short target do not reach the loss, which "
-                "averages over the real target positions only"),
-        Mistake("source_padding_used", _counts(1, 1, used="source_padding"),
-                "a score at a padded source position gets weight exactly 0 from the mask, so "
-                "it cannot change the context or the loss"),
-    ),
+    mistakes=mistake_table(_counts, [
+        ("no_specials", {"src_extra": 0, "tgt_extra": 0},
+         "you count the words only: the source also ends in <eos> (the model scores "
+         "it too), and the decoder makes one step more than the sentence has words "
+         "(the last step writes <eos>)"),
+        ("no_eos_step", {"src_extra": 1, "tgt_extra": 0},
+         "the source side is right, but the decoder makes one step more than the "
+         "Chinese sentence has words: its input starts with <bos>, its last output is "
+         "<eos>"),
+        ("no_source_eos", {"src_extra": 0, "tgt_extra": 1},
+         "the decoder's steps are right, but every source sentence also ends in "
+         "<eos>, one more position to score"),
+        ("source_bos", {"src_extra": 2, "tgt_extra": 1},
+         "the source gets <eos> only, no <bos>: one extra position per English "
+         "sentence, not two"),
+        ("two_extra_steps", {"src_extra": 1, "tgt_extra": 2},
+         "the decoder makes one step more than the Chinese sentence has words, not "
+         "two: <bos> is the input of the first step and <eos> the output of the last"),
+        ("padding_skipped", {"computed": "real"},
+         "the model does not skip padding: every sentence of the batch is scored at "
+         "every padded source position and for every padded decoder step (the mask "
+         "only sets weights to 0 afterwards)"),
+        ("target_steps_unpadded", {"computed": "target_unpadded"},
+         "the decoder runs every step for every sentence of the batch, the padded "
+         "steps after a short target's end too (the loop does not stop early for "
+         "one sentence)"),
+        ("source_unpadded", {"computed": "source_unpadded"},
+         "every sentence is scored at every source position of the batch, the "
+         "padded positions after a short source's end too"),
+        ("one_sentence", {"computed": "one_sentence"},
+         "you count the scores of one sentence; the batch scores every one of its B "
+         "sentences"),
+        ("all_used", {"used": "computed"},
+         "not every computed score can change the loss: those at padded source "
+         "positions get weight 0, and the padded decoder steps are left out of the "
+         "loss"),
+        ("product_of_sums", {"used": "product_of_sums"},
+         "a sentence attends only over its own source: add up one product per "
+         "sentence, instead of multiplying the summed lengths"),
+        ("target_padding_used", {"used": "target_padding"},
+         "the padded decoder steps of a short target do not reach the loss, which "
+         "averages over the real target positions only"),
+        ("source_padding_used", {"used": "source_padding"},
+         "a score at a padded source position gets weight exactly 0 from the mask, so "
+         "it cannot change the context or the loss"),
+    ]),
     hint="Count the positions the model sees, not the words: what the batch adds to each "
          "source and each target, what padding adds, and what the mask and the loss then "
          "throw away.",
@@ -666,30 +661,30 @@ Q6 = Question(
     parts={"masked_change": 1, "shrink": 1},
     part_tolerance={"masked_change": (0.0, 1e-5), "shrink": (1e-4, 1e-6)},
     builds_on=("q1_step",),
-    mistakes=(
-        Mistake("masked_with_padded_length", partial(_leak, masked_length="padded"),
-                "your masked_change is as large as the change of the unmasked context: "
-                "compare the padded context computed with the sentence's real valid length "
-                "L with the context of the sentence alone"),
-        Mistake("ratio_inverted", partial(_leak, ratio="alone/unmasked"),
-                "your shrink factor is above 1: it is upside down; divide the norm of the "
-                "unmasked context by the norm of the context of the sentence alone"),
-        Mistake("difference", partial(_leak, ratio="difference"),
-                "your shrink is a difference of norms; the question asks for their ratio "
-                "(unmasked over alone)"),
-        Mistake("relative_change", partial(_leak, ratio="relative_change"),
-                "your shrink is the relative change of the context (one minus the ratio); "
-                "the question asks for the ratio of the norms, unmasked over alone"),
-        Mistake("squared", partial(_leak, ratio="squared"),
-                "your shrink is the ratio of the squared norms; take the norms themselves"),
-        Mistake("masked_over_alone", partial(_leak, ratio="masked/alone"),
-                "your shrink compares the masked context with the alone one, which the mask "
-                "keeps as it was (a ratio of 1); the shrink is that of the unmasked context"),
-        Mistake("padding_prepended", partial(_leak, prepend=True),
-                "your masked context is not the alone one: the padding went before the "
-                "sentence, where a valid length of L keeps the first L positions, some of "
-                "them padding; append the padded positions after the sentence"),
-    ),
+    mistakes=mistake_table(changed(_leak), [
+        ("masked_with_padded_length", {"masked_length": "padded"},
+         "your masked_change is as large as the change of the unmasked context: "
+         "compare the padded context computed with the sentence's real valid length "
+         "L with the context of the sentence alone"),
+        ("ratio_inverted", {"ratio": "alone/unmasked"},
+         "your shrink factor is above 1: it is upside down; divide the norm of the "
+         "unmasked context by the norm of the context of the sentence alone"),
+        ("difference", {"ratio": "difference"},
+         "your shrink is a difference of norms; the question asks for their ratio "
+         "(unmasked over alone)"),
+        ("relative_change", {"ratio": "relative_change"},
+         "your shrink is the relative change of the context (one minus the ratio); "
+         "the question asks for the ratio of the norms, unmasked over alone"),
+        ("squared", {"ratio": "squared"},
+         "your shrink is the ratio of the squared norms; take the norms themselves"),
+        ("masked_over_alone", {"ratio": "masked/alone"},
+         "your shrink compares the masked context with the alone one, which the mask "
+         "keeps as it was (a ratio of 1); the shrink is that of the unmasked context"),
+        ("padding_prepended", {"prepend": True},
+         "your masked context is not the alone one: the padding went before the "
+         "sentence, where a valid length of L keeps the first L positions, some of "
+         "them padding; append the padded positions after the sentence"),
+    ]),
     hint="Three calls of your attention step on the same sentence: alone, padded with the "
          "real valid length, padded with the padded length; then compare the contexts.",
     section=SECTION_BY_HAND,
@@ -746,46 +741,46 @@ Q7 = Question(
     reference=bleu_by_hand,
     cases=bleu_cases,
     parts={"repeated": 1, "prefix": 1},
-    mistakes=(
-        Mistake("no_clipping", partial(_bleu_parts, clip=False),
-                "every copy of the repeated word counts as a match; a candidate n-gram counts "
-                "at most as often as it occurs in the reference (the clipped, 'modified' "
-                "precision)"),
-        Mistake("no_brevity_penalty", partial(_bleu_parts, brevity="none"),
-                "there is no brevity penalty: a candidate shorter than its reference loses "
-                "the factor e to the power 1 - r/c"),
-        Mistake("clipped_by_length", partial(_bleu_parts, clip="r"),
-                "you clip the matches at the reference's length; a word matches at most as "
-                "often as the reference contains that word (m times)"),
-        Mistake("unclipped_m", partial(_bleu_parts, clip="m"),
-                "your precision can exceed 1: the matches are clipped at the candidate's own "
-                "count too, so w matches the smaller of k and m times"),
-        Mistake("inverted_penalty", partial(_bleu_parts, brevity="inverted"),
-                "your brevity penalty is upside down: it punishes a candidate shorter than "
-                "its reference, with the exponent 1 - r/c for r reference and c candidate "
-                "words"),
-        Mistake("uncapped_penalty", partial(_bleu_parts, brevity="uncapped"),
-                "your brevity penalty rewards a candidate longer than its reference; the "
-                "penalty is capped at 1"),
-        Mistake("linear_penalty", partial(_bleu_parts, brevity="linear"),
-                "your brevity penalty is the length ratio c/r; BLEU's penalty is exponential, "
-                "e to the power 1 - r/c"),
-        Mistake("penalty_without_exp", partial(_bleu_parts, brevity="exponent"),
-                "your brevity penalty is the exponent 1 - r/c itself (zero or negative); "
-                "the penalty is e to that power, between 0 and 1"),
-        Mistake("fourth_root_for_one_order", partial(_bleu_parts, root=0.25),
-                "you took the fourth root of the unigram precision; with N = 1 the geometric "
-                "mean of one precision is that precision itself (the weights are 1/N)"),
-        Mistake("short_prefix_not_zero", partial(_bleu_parts, zero_order=False),
-                "a candidate of fewer than 4 words has no 4-gram at all, so p_4 is 0 and, "
-                "without smoothing, BLEU is 0"),
-        Mistake("four_words_zero", partial(_bleu_parts, zero_order="four"),
-                "a candidate of exactly 4 words has one 4-gram, and it matches, so p_4 is 1 "
-                "and BLEU is not 0"),
-        Mistake("recall", partial(_bleu_parts, precision_over="reference"),
-                "your precision divides by the reference's length; BLEU's precision divides "
-                "the clipped matches by the number of n-grams in the candidate"),
-    ),
+    mistakes=mistake_table(changed(_bleu_parts), [
+        ("no_clipping", {"clip": False},
+         "every copy of the repeated word counts as a match; a candidate n-gram counts "
+         "at most as often as it occurs in the reference (the clipped, 'modified' "
+         "precision)"),
+        ("no_brevity_penalty", {"brevity": "none"},
+         "there is no brevity penalty: a candidate shorter than its reference loses "
+         "the factor e to the power 1 - r/c"),
+        ("clipped_by_length", {"clip": "r"},
+         "you clip the matches at the reference's length; a word matches at most as "
+         "often as the reference contains that word (m times)"),
+        ("unclipped_m", {"clip": "m"},
+         "your precision can exceed 1: the matches are clipped at the candidate's own "
+         "count too, so w matches the smaller of k and m times"),
+        ("inverted_penalty", {"brevity": "inverted"},
+         "your brevity penalty is upside down: it punishes a candidate shorter than "
+         "its reference, with the exponent 1 - r/c for r reference and c candidate "
+         "words"),
+        ("uncapped_penalty", {"brevity": "uncapped"},
+         "your brevity penalty rewards a candidate longer than its reference; the "
+         "penalty is capped at 1"),
+        ("linear_penalty", {"brevity": "linear"},
+         "your brevity penalty is the length ratio c/r; BLEU's penalty is exponential, "
+         "e to the power 1 - r/c"),
+        ("penalty_without_exp", {"brevity": "exponent"},
+         "your brevity penalty is the exponent 1 - r/c itself (zero or negative); "
+         "the penalty is e to that power, between 0 and 1"),
+        ("fourth_root_for_one_order", {"root": 0.25},
+         "you took the fourth root of the unigram precision; with N = 1 the geometric "
+         "mean of one precision is that precision itself (the weights are 1/N)"),
+        ("short_prefix_not_zero", {"zero_order": False},
+         "a candidate of fewer than 4 words has no 4-gram at all, so p_4 is 0 and, "
+         "without smoothing, BLEU is 0"),
+        ("four_words_zero", {"zero_order": "four"},
+         "a candidate of exactly 4 words has one 4-gram, and it matches, so p_4 is 1 "
+         "and BLEU is not 0"),
+        ("recall", {"precision_over": "reference"},
+         "your precision divides by the reference's length; BLEU's precision divides "
+         "the clipped matches by the number of n-grams in the candidate"),
+    ]),
     hint="Work out each p_n and the brevity penalty separately, then combine them as in the "
          "chapter's formula; check what happens to a precision when a sentence has no "
          "n-gram of that order.",
@@ -800,6 +795,7 @@ EXERCISE = Exercise(
         "attention_course.seq2seq",
         "attention_course.masking",
         "attention_course.scoring",
+        "attention_course.metrics",
     ),
     questions=(Q1, Q2, Q3, Q4, Q5, Q6, Q7),
 )

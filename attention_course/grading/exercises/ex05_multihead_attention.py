@@ -20,6 +20,7 @@ from torch import nn
 
 from attention_course import multihead
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.grading.tables import mistake_table, prediction
 from attention_course.i18n import N_, _
 
 EXERCISE_ID = "05_multihead_attention"
@@ -61,6 +62,16 @@ def _merge(x: torch.Tensor, how: str = "ok") -> torch.Tensor:
     if how == "mean":
         return x.mean(dim=1)
     raise ValueError(how)
+
+
+def _splitting(how: str):
+    """``split_heads`` done the wrong way ``how`` (see :func:`_split`)."""
+    return lambda x, h: _split(x, h, how)
+
+
+def _merging(how: str):
+    """``merge_heads`` done the wrong way ``how`` (see :func:`_merge`)."""
+    return lambda x: _merge(x, how)
 
 
 def split_cases() -> list[Case]:
@@ -363,14 +374,6 @@ def diagnose_masks(case: Case, expected, got) -> str | None:
 PREDICTION = {"score_flops": "same", "weight_entries": "more", "output": "different"}
 
 
-def predict_more_heads() -> dict[str, str]:
-    return dict(PREDICTION)
-
-
-def _predicted(**change: str):
-    return lambda: {**PREDICTION, **change}
-
-
 # --------------------------------------------------------------------------- derive (GQA)
 def gqa_numbers(embed_dim: int, num_heads: int, num_kv_heads: int) -> dict:
     """Parameters of the four projections (with biases), numbers one token adds to one
@@ -524,34 +527,34 @@ EXERCISE = Exercise(
             points=1,
             reference=multihead.split_heads,
             cases=split_cases,
-            mistakes=(
-                Mistake("no_transpose", lambda x, h: _split(x, h, "no_transpose"),
-                        "the shape is right, but tokens and features are mixed up: going "
-                        "from (B, N, h d_k) to (B, h, N, d_k) in one step reads the numbers "
-                        "in memory order, so head 0 gets the first tokens' features. Cut each "
-                        "token's features into h pieces first, then move the head axis in "
-                        "front of the token axis"),
-                Mistake("interleaved", lambda x, h: _split(x, h, "interleaved"),
-                        "your head i holds every h-th feature (features i, i + h, i + 2h and "
-                        "so on); a head holds one contiguous block of d_k features, head i "
-                        "the block that starts at feature i times d_k"),
-                Mistake("not_moved", lambda x, h: _split(x, h, "not_moved"),
-                        "you cut the features into heads but left the head axis behind the "
-                        "token axis, (B, N, h, d_k); the heads must come first, "
-                        "(B, h, N, d_k), so that every head is a separate batch of matrix "
-                        "products"),
-                Mistake("transposed_first", lambda x, h: _split(x, h, "transposed_first"),
-                        "you swapped the token and feature axes before cutting, so each "
-                        "'token' of a head is made of one feature of several tokens; cut "
-                        "each token's own features into heads"),
-                Mistake("last_two_swapped", lambda x, h: _split(x, h, "last_two_swapped"),
-                        "you swapped the last two axes, which gives (B, N, d_k, h); it is the "
-                        "head axis and the token axis that change places, giving "
-                        "(B, h, N, d_k)"),
-                Mistake("dk_heads", lambda x, h: _split(x, h, "dk_heads"),
-                        "you made d_k heads of num_heads features each; there are num_heads "
-                        "heads, each d_k = features / num_heads wide"),
-            ),
+            mistakes=mistake_table(_splitting, [
+                ("no_transpose", {"how": "no_transpose"},
+                 "the shape is right, but tokens and features are mixed up: going "
+                 "from (B, N, h d_k) to (B, h, N, d_k) in one step reads the numbers "
+                 "in memory order, so head 0 gets the first tokens' features. Cut each "
+                 "token's features into h pieces first, then move the head axis in "
+                 "front of the token axis"),
+                ("interleaved", {"how": "interleaved"},
+                 "your head i holds every h-th feature (features i, i + h, i + 2h and "
+                 "so on); a head holds one contiguous block of d_k features, head i "
+                 "the block that starts at feature i times d_k"),
+                ("not_moved", {"how": "not_moved"},
+                 "you cut the features into heads but left the head axis behind the "
+                 "token axis, (B, N, h, d_k); the heads must come first, "
+                 "(B, h, N, d_k), so that every head is a separate batch of matrix "
+                 "products"),
+                ("transposed_first", {"how": "transposed_first"},
+                 "you swapped the token and feature axes before cutting, so each "
+                 "'token' of a head is made of one feature of several tokens; cut "
+                 "each token's own features into heads"),
+                ("last_two_swapped", {"how": "last_two_swapped"},
+                 "you swapped the last two axes, which gives (B, N, d_k, h); it is the "
+                 "head axis and the token axis that change places, giving "
+                 "(B, h, N, d_k)"),
+                ("dk_heads", {"how": "dk_heads"},
+                 "you made d_k heads of num_heads features each; there are num_heads "
+                 "heads, each d_k = features / num_heads wide"),
+            ]),
             diagnose=_same_numbers_elsewhere(
                 N_("head i, token n must hold features i d_k to (i + 1) d_k - 1 of token n")),
             hint="Head i of token n is a contiguous slice of token n's features; only the "
@@ -566,23 +569,23 @@ EXERCISE = Exercise(
             points=1,
             reference=multihead.merge_heads,
             cases=merge_cases,
-            mistakes=(
-                Mistake("no_transpose", lambda x: _merge(x, "no_transpose"),
-                        "the shape is right, but features of different tokens are mixed: "
-                        "joining (B, h, N, d_k) into (B, N, h d_k) in one step reads the "
-                        "numbers in memory order (all of head 0 first). Move the head axis "
-                        "back behind the token axis before joining the heads"),
-                Mistake("interleaved", lambda x: _merge(x, "interleaved"),
-                        "your features alternate between the heads (one feature of each head "
-                        "in turn); the concatenation puts all of head 0's d_k features first, "
-                        "then all of head 1's, and so on"),
-                Mistake("sum", lambda x: _merge(x, "sum"),
-                        "you added the heads up; the heads are concatenated side by side, so "
-                        "the result is h times wider than one head"),
-                Mistake("mean", lambda x: _merge(x, "mean"),
-                        "you averaged the heads; the heads are concatenated side by side, so "
-                        "the result is h times wider than one head"),
-            ),
+            mistakes=mistake_table(_merging, [
+                ("no_transpose", {"how": "no_transpose"},
+                 "the shape is right, but features of different tokens are mixed: "
+                 "joining (B, h, N, d_k) into (B, N, h d_k) in one step reads the "
+                 "numbers in memory order (all of head 0 first). Move the head axis "
+                 "back behind the token axis before joining the heads"),
+                ("interleaved", {"how": "interleaved"},
+                 "your features alternate between the heads (one feature of each head "
+                 "in turn); the concatenation puts all of head 0's d_k features first, "
+                 "then all of head 1's, and so on"),
+                ("sum", {"how": "sum"},
+                 "you added the heads up; the heads are concatenated side by side, so "
+                 "the result is h times wider than one head"),
+                ("mean", {"how": "mean"},
+                 "you averaged the heads; the heads are concatenated side by side, so "
+                 "the result is h times wider than one head"),
+            ]),
             diagnose=_same_numbers_elsewhere(
                 N_("token n must hold head 0's d_k features of token n, then head 1's, and so "
                    "on")),
@@ -601,63 +604,63 @@ EXERCISE = Exercise(
             cases=mha_cases,
             grad=True,
             builds_on=("q1_split_heads", "q2_merge_heads"),
-            mistakes=(
-                Mistake("scale_embed_dim", _variant("ScaleEmbedDim", scale="embed_dim"),
-                        "your scores are divided by the square root of embed_dim; each "
-                        "head's dot products have only d_k = embed_dim / num_heads terms, so "
-                        "divide by the square root of d_k"),
-                Mistake("no_scale", _variant("NoScale", scale="none"),
-                        "your scores are not scaled: divide each head's dot products by the "
-                        "square root of d_k before the softmax"),
-                Mistake("scale_not_root", _variant("ScaleNotRoot", scale="d_k_not_root"),
-                        "your scores are divided by d_k itself, not by its square root"),
-                Mistake("inverted_mask", _variant("InvertedMask", mask="inverted"),
-                        "your module blocks exactly the positions the mask allows and lets "
-                        "through the ones it forbids (a row where every key is allowed then "
-                        "has nothing left, hence the NaN); in this course a boolean mask is "
-                        "True where attention is allowed"),
-                Mistake("mask_zero", _variant("MaskZero", mask="zero"),
-                        "masked keys still get weight: you set their scores to 0, but a "
-                        "score of 0 still counts in the softmax. A masked score must be "
-                        "minus infinity, so that its weight is exactly 0"),
-                Mistake("mask_ignored", _variant("MaskIgnored", mask="ignored"),
-                        "your module gives the same result with and without the mask: the "
-                        "attention mask is not applied to the scores"),
-                Mistake("split_no_transpose", _variant("SplitNoTranspose", split="no_transpose"),
-                        "your module gives what a split into heads without the transpose "
-                        "gives (tokens and features mixed up): see question 1; the rest of "
-                        "your module looks right"),
-                Mistake("split_interleaved", _variant("SplitInterleaved", split="interleaved"),
-                        "your module gives heads made of every h-th feature instead of "
-                        "contiguous blocks: see question 1; the rest of your module looks "
-                        "right"),
-                Mistake("merge_no_transpose", _variant("MergeNoTranspose", merge="no_transpose"),
-                        "your module joins the heads without moving the head axis back behind "
-                        "the token axis, which mixes the tokens: see question 2; the rest of "
-                        "your module looks right"),
-                Mistake("softmax_queries", _variant("SoftmaxQueries", softmax_dim=-2),
-                        "your weights sum to 1 over the queries (down each column) instead of "
-                        "over the keys (along each row): the softmax runs over the keys, the "
-                        "last axis of (B, h, Nq, Nk)"),
-                Mistake("no_out_proj", _variant("NoOutProj", out_proj_used=False),
-                        "your weights are right, but the output is the concatenated heads "
-                        "without the output projection: apply out_proj, the W^O of the "
-                        "chapter, last"),
-                Mistake("residual", _variant("Residual", residual=True),
-                        "you added the query to the output: that residual connection belongs "
-                        "to the Transformer layer around the attention (chapter 6), not inside "
-                        "multi-head attention"),
-                Mistake("averaged_weights", _variant("Averaged", average=True),
-                        "you hand back the weights averaged over the heads, (B, Nq, Nk); the "
-                        "exercise asks for every head's weights, (B, num_heads, Nq, Nk)"),
-                Mistake("kv_from_query", _variant("KVFromQuery", inputs="from_query"),
-                        "your keys and values are computed from the query: in "
-                        "cross-attention they come from the key and value arguments, "
-                        "another sequence"),
-                Mistake("key_value_swapped", _variant("KeyValueSwapped", inputs="swapped"),
-                        "your keys are projected from the value argument and your values "
-                        "from the key argument: k_proj reads the keys, v_proj the values"),
-            ),
+            mistakes=mistake_table(_variant, [
+                ("scale_embed_dim", {"name": "ScaleEmbedDim", "scale": "embed_dim"},
+                 "your scores are divided by the square root of embed_dim; each "
+                 "head's dot products have only d_k = embed_dim / num_heads terms, so "
+                 "divide by the square root of d_k"),
+                ("no_scale", {"name": "NoScale", "scale": "none"},
+                 "your scores are not scaled: divide each head's dot products by the "
+                 "square root of d_k before the softmax"),
+                ("scale_not_root", {"name": "ScaleNotRoot", "scale": "d_k_not_root"},
+                 "your scores are divided by d_k itself, not by its square root"),
+                ("inverted_mask", {"name": "InvertedMask", "mask": "inverted"},
+                 "your module blocks exactly the positions the mask allows and lets "
+                 "through the ones it forbids (a row where every key is allowed then "
+                 "has nothing left, hence the NaN); in this course a boolean mask is "
+                 "True where attention is allowed"),
+                ("mask_zero", {"name": "MaskZero", "mask": "zero"},
+                 "masked keys still get weight: you set their scores to 0, but a "
+                 "score of 0 still counts in the softmax. A masked score must be "
+                 "minus infinity, so that its weight is exactly 0"),
+                ("mask_ignored", {"name": "MaskIgnored", "mask": "ignored"},
+                 "your module gives the same result with and without the mask: the "
+                 "attention mask is not applied to the scores"),
+                ("split_no_transpose", {"name": "SplitNoTranspose", "split": "no_transpose"},
+                 "your module gives what a split into heads without the transpose "
+                 "gives (tokens and features mixed up): see question 1; the rest of "
+                 "your module looks right"),
+                ("split_interleaved", {"name": "SplitInterleaved", "split": "interleaved"},
+                 "your module gives heads made of every h-th feature instead of "
+                 "contiguous blocks: see question 1; the rest of your module looks "
+                 "right"),
+                ("merge_no_transpose", {"name": "MergeNoTranspose", "merge": "no_transpose"},
+                 "your module joins the heads without moving the head axis back behind "
+                 "the token axis, which mixes the tokens: see question 2; the rest of "
+                 "your module looks right"),
+                ("softmax_queries", {"name": "SoftmaxQueries", "softmax_dim": -2},
+                 "your weights sum to 1 over the queries (down each column) instead of "
+                 "over the keys (along each row): the softmax runs over the keys, the "
+                 "last axis of (B, h, Nq, Nk)"),
+                ("no_out_proj", {"name": "NoOutProj", "out_proj_used": False},
+                 "your weights are right, but the output is the concatenated heads "
+                 "without the output projection: apply out_proj, the W^O of the "
+                 "chapter, last"),
+                ("residual", {"name": "Residual", "residual": True},
+                 "you added the query to the output: that residual connection belongs "
+                 "to the Transformer layer around the attention (chapter 6), not inside "
+                 "multi-head attention"),
+                ("averaged_weights", {"name": "Averaged", "average": True},
+                 "you hand back the weights averaged over the heads, (B, Nq, Nk); the "
+                 "exercise asks for every head's weights, (B, num_heads, Nq, Nk)"),
+                ("kv_from_query", {"name": "KVFromQuery", "inputs": "from_query"},
+                 "your keys and values are computed from the query: in "
+                 "cross-attention they come from the key and value arguments, "
+                 "another sequence"),
+                ("key_value_swapped", {"name": "KeyValueSwapped", "inputs": "swapped"},
+                 "your keys are projected from the value argument and your values "
+                 "from the key argument: k_proj reads the keys, v_proj the values"),
+            ]),
             diagnose=diagnose_mha,
             hint="Follow the seven steps of section 5.2 (project, split, scaled scores, "
                  "mask, softmax over the keys, weighted values, concatenate and project); a "
@@ -672,81 +675,78 @@ EXERCISE = Exercise(
             points=2,
             reference=torch_masks_to_ours,
             cases=mask_cases,
-            mistakes=(
-                Mistake("unchanged", _masks_variant(padding="kept", axis="queries"),
-                        "this is exactly what the broken function gives: both of its bugs "
-                        "are still there. Compare, for one padded sequence, which of its "
-                        "entries are allowed with which should be"),
-                Mistake("padding_not_inverted", _masks_variant(padding="kept"),
-                        "the padding is on the right axis now, but it still has PyTorch's "
-                        "meaning (True = ignore): your mask allows only the padded keys. Ours "
-                        "is True where attention is allowed"),
-                Mistake("padding_on_queries", _masks_variant(axis="queries"),
-                        "the padding has the right meaning now, but it masks queries (rows) "
-                        "instead of keys (columns): a padded key is a column of the (Nq, Nk) "
-                        "mask, the same for every query"),
-                Mistake("or_instead_of_and", _masks_variant(combine="or"),
-                        "you allow a key when it is real OR when the attention mask allows "
-                        "it; it must be both: real AND allowed"),
-                Mistake("attn_not_inverted", _masks_variant(attn="kept"),
-                        "the padding is right, but the attention mask keeps PyTorch's "
-                        "meaning (True = not allowed): your causal mask lets each query see "
-                        "only the future"),
-                Mistake("attn_ignored", _masks_variant(attn="ignored"),
-                        "your mask holds only the padding: PyTorch's attention mask (the "
-                        "causal part) must be combined with it, which gives the shape "
-                        "(B, 1, Nq, Nk)"),
-                Mistake("no_head_axis", _masks_variant(heads=False),
-                        "your mask has no head axis: ours broadcasts to (B, num_heads, Nq, "
-                        "Nk), so give it the shape (B, 1, Nq, Nk)"),
-            ),
+            mistakes=mistake_table(_masks_variant, [
+                ("unchanged", {"padding": "kept", "axis": "queries"},
+                 "this is exactly what the broken function gives: both of its bugs "
+                 "are still there. Compare, for one padded sequence, which of its "
+                 "entries are allowed with which should be"),
+                ("padding_not_inverted", {"padding": "kept"},
+                 "the padding is on the right axis now, but it still has PyTorch's "
+                 "meaning (True = ignore): your mask allows only the padded keys. Ours "
+                 "is True where attention is allowed"),
+                ("padding_on_queries", {"axis": "queries"},
+                 "the padding has the right meaning now, but it masks queries (rows) "
+                 "instead of keys (columns): a padded key is a column of the (Nq, Nk) "
+                 "mask, the same for every query"),
+                ("or_instead_of_and", {"combine": "or"},
+                 "you allow a key when it is real OR when the attention mask allows "
+                 "it; it must be both: real AND allowed"),
+                ("attn_not_inverted", {"attn": "kept"},
+                 "the padding is right, but the attention mask keeps PyTorch's "
+                 "meaning (True = not allowed): your causal mask lets each query see "
+                 "only the future"),
+                ("attn_ignored", {"attn": "ignored"},
+                 "your mask holds only the padding: PyTorch's attention mask (the "
+                 "causal part) must be combined with it, which gives the shape "
+                 "(B, 1, Nq, Nk)"),
+                ("no_head_axis", {"heads": False},
+                 "your mask has no head axis: ours broadcasts to (B, num_heads, Nq, "
+                 "Nk), so give it the shape (B, 1, Nq, Nk)"),
+            ]),
             diagnose=diagnose_masks,
             hint="Look at one padded sequence and one query: which keys may it see? Both "
                  "PyTorch masks say where NOT to attend; ours says where attention is "
                  "allowed, and a padded key is a column.",
             section="Masks in multi-head attention",
         ),
-        Question(
+        prediction(
             id="q5_predict_heads",
             symbol="predict_more_heads",
             title="Predict: from 1 head to 8 heads",
-            kind="predict",
             points=3,
-            reference=predict_more_heads,
-            cases=lambda: [Case()],
-            parts={"score_flops": 1, "weight_entries": 1, "output": 1},
+            answer=PREDICTION,
             choices=("more", "same", "fewer", "different"),
-            mistakes=(
-                Mistake("flops_more", _predicted(score_flops="more"),
-                        "there are 8 score matrices instead of 1, but each comes from dot "
-                        "products 8 times shorter (d_k = embed_dim / h): h times d_k stays "
-                        "embed_dim, so the multiply-adds do not grow"),
-                Mistake("flops_fewer", _predicted(score_flops="fewer"),
-                        "each head's dot products are shorter, but there are h heads, each "
-                        "with its own full Nq by Nk score matrix: the savings and the extra "
-                        "heads cancel"),
-                Mistake("flops_different", _predicted(score_flops="different"),
-                        "for a count, answer more, same or fewer"),
-                Mistake("weights_same", _predicted(weight_entries="same"),
-                        "every head has its own Nq by Nk map of weights (the chapter draws "
-                        "one heatmap per head), and a map's size does not depend on d_k"),
-                Mistake("weights_fewer", _predicted(weight_entries="fewer"),
-                        "narrower heads give shorter dot products, not smaller maps: each "
-                        "of the h heads has a full Nq by Nk map of weights"),
-                Mistake("weights_different", _predicted(weight_entries="different"),
-                        "for the number of weight entries, answer more, same or fewer"),
-                Mistake("output_same", _predicted(output="same"),
-                        "the four weight matrices are the same, but with 8 heads every head "
-                        "takes its own softmax over scores made from only d_k features: the "
-                        "weights change, and so does the output. The split is not mere "
-                        "bookkeeping"),
-                Mistake("output_more", _predicted(output="more"),
-                        "the output has the same shape whatever the number of heads; the "
-                        "question is whether its values change: answer same or different"),
-                Mistake("output_fewer", _predicted(output="fewer"),
-                        "the output's shape does not depend on the number of heads; say "
-                        "whether its values stay the same or become different"),
-            ),
+            wrong=[
+                ("flops_more", "score_flops", "more",
+                 "there are 8 score matrices instead of 1, but each comes from dot "
+                 "products 8 times shorter (d_k = embed_dim / h): h times d_k stays "
+                 "embed_dim, so the multiply-adds do not grow"),
+                ("flops_fewer", "score_flops", "fewer",
+                 "each head's dot products are shorter, but there are h heads, each "
+                 "with its own full Nq by Nk score matrix: the savings and the extra "
+                 "heads cancel"),
+                ("flops_different", "score_flops", "different",
+                 "for a count, answer more, same or fewer"),
+                ("weights_same", "weight_entries", "same",
+                 "every head has its own Nq by Nk map of weights (the chapter draws "
+                 "one heatmap per head), and a map's size does not depend on d_k"),
+                ("weights_fewer", "weight_entries", "fewer",
+                 "narrower heads give shorter dot products, not smaller maps: each "
+                 "of the h heads has a full Nq by Nk map of weights"),
+                ("weights_different", "weight_entries", "different",
+                 "for the number of weight entries, answer more, same or fewer"),
+                ("output_same", "output", "same",
+                 "the four weight matrices are the same, but with 8 heads every head "
+                 "takes its own softmax over scores made from only d_k features: the "
+                 "weights change, and so does the output. The split is not mere "
+                 "bookkeeping"),
+                ("output_more", "output", "more",
+                 "the output has the same shape whatever the number of heads; the "
+                 "question is whether its values change: answer same or different"),
+                ("output_fewer", "output", "fewer",
+                 "the output's shape does not depend on the number of heads; say "
+                 "whether its values stay the same or become different"),
+            ],
             hint="Write the cost of one head's score matrix with d_k = embed_dim / h, then "
                  "multiply by h; and ask what each head's softmax sees.",
             section="Try it: how many heads?",
@@ -760,55 +760,55 @@ EXERCISE = Exercise(
             reference=gqa_numbers,
             cases=gqa_cases,
             parts={"parameters": 1, "cache_per_token": 1, "kv_head": 1},
-            mistakes=(
-                Mistake("full_width", _gqa(parameters="full_width"),
-                        "you counted full-width key and value projections, as in ordinary "
-                        "multi-head attention: with fewer key/value heads, k_proj and v_proj "
-                        "produce only num_kv_heads times d_k features"),
-                Mistake("kv_width_over_groups",
-                        _gqa(parameters="kv_over_groups", cache_per_token="cache_over_groups"),
-                        "your key and value heads are embed_dim / num_kv_heads wide; every "
-                        "head, query or key/value, is d_k = embed_dim / num_heads wide, so "
-                        "k_proj and v_proj produce num_kv_heads times d_k features"),
-                Mistake("no_bias", _gqa(parameters="no_bias"),
-                        "you counted the weight matrices but not the biases: each of the four "
-                        "layers also has one bias per output feature"),
-                Mistake("no_out_proj", _gqa(parameters="no_out_proj"),
-                        "you counted three projections; the output projection W^O, "
-                        "embed_dim by embed_dim plus its bias, is a parameter too"),
-                Mistake("kv_no_bias", _gqa(parameters="kv_no_bias"),
-                        "you counted the biases of the query and output projections but not "
-                        "those of the key and value projections"),
-                Mistake("kv_bias_full", _gqa(parameters="kv_bias_full"),
-                        "the key and value projections have one bias per output feature, "
-                        "num_kv_heads times d_k each, not embed_dim"),
-                Mistake("keys_only", _gqa(cache_per_token="keys_only"),
-                        "you counted one tensor per token; the cache keeps both the keys and "
-                        "the values"),
-                Mistake("queries_cached", _gqa(cache_per_token="queries_cached"),
-                        "you also cached the query; a new token's query is used once, at its "
-                        "own step, and only keys and values are kept for later tokens"),
-                Mistake("mha_cache", _gqa(cache_per_token="mha_cache"),
-                        "that is the cache of ordinary multi-head attention (one key and one "
-                        "value per query head); with grouped-query attention only the "
-                        "num_kv_heads shared heads are stored"),
-                Mistake("no_head_dim", _gqa(cache_per_token="no_head_dim"),
-                        "each cached head is a vector of d_k numbers, not a single number"),
-                Mistake("bytes", _gqa(cache_per_token="bytes"),
-                        "you counted bytes of float32 numbers; the question asks how many "
-                        "numbers are stored"),
-                Mistake("doubled", _gqa(cache_per_token="doubled"),
-                        "your count is twice the answer: did you count bytes of 16-bit "
-                        "numbers, or the keys and the values twice?"),
-                Mistake("round_robin", _gqa(kv_head="round_robin"),
-                        "you hand the query heads out in turn (head 0 to group 0, head 1 to "
-                        "group 1, and so on); the groups are blocks of consecutive query "
-                        "heads"),
-                Mistake("by_kv_heads", _gqa(kv_head="by_kv_heads"),
-                        "you divided the head number by the number of key/value heads; "
-                        "divide it by the size of a group, num_heads / num_kv_heads query "
-                        "heads"),
-            ),
+            mistakes=mistake_table(_gqa, [
+                ("full_width", {"parameters": "full_width"},
+                 "you counted full-width key and value projections, as in ordinary "
+                 "multi-head attention: with fewer key/value heads, k_proj and v_proj "
+                 "produce only num_kv_heads times d_k features"),
+                ("kv_width_over_groups",
+                 {"parameters": "kv_over_groups", "cache_per_token": "cache_over_groups"},
+                 "your key and value heads are embed_dim / num_kv_heads wide; every "
+                 "head, query or key/value, is d_k = embed_dim / num_heads wide, so "
+                 "k_proj and v_proj produce num_kv_heads times d_k features"),
+                ("no_bias", {"parameters": "no_bias"},
+                 "you counted the weight matrices but not the biases: each of the four "
+                 "layers also has one bias per output feature"),
+                ("no_out_proj", {"parameters": "no_out_proj"},
+                 "you counted three projections; the output projection W^O, "
+                 "embed_dim by embed_dim plus its bias, is a parameter too"),
+                ("kv_no_bias", {"parameters": "kv_no_bias"},
+                 "you counted the biases of the query and output projections but not "
+                 "those of the key and value projections"),
+                ("kv_bias_full", {"parameters": "kv_bias_full"},
+                 "the key and value projections have one bias per output feature, "
+                 "num_kv_heads times d_k each, not embed_dim"),
+                ("keys_only", {"cache_per_token": "keys_only"},
+                 "you counted one tensor per token; the cache keeps both the keys and "
+                 "the values"),
+                ("queries_cached", {"cache_per_token": "queries_cached"},
+                 "you also cached the query; a new token's query is used once, at its "
+                 "own step, and only keys and values are kept for later tokens"),
+                ("mha_cache", {"cache_per_token": "mha_cache"},
+                 "that is the cache of ordinary multi-head attention (one key and one "
+                 "value per query head); with grouped-query attention only the "
+                 "num_kv_heads shared heads are stored"),
+                ("no_head_dim", {"cache_per_token": "no_head_dim"},
+                 "each cached head is a vector of d_k numbers, not a single number"),
+                ("bytes", {"cache_per_token": "bytes"},
+                 "you counted bytes of float32 numbers; the question asks how many "
+                 "numbers are stored"),
+                ("doubled", {"cache_per_token": "doubled"},
+                 "your count is twice the answer: did you count bytes of 16-bit "
+                 "numbers, or the keys and the values twice?"),
+                ("round_robin", {"kv_head": "round_robin"},
+                 "you hand the query heads out in turn (head 0 to group 0, head 1 to "
+                 "group 1, and so on); the groups are blocks of consecutive query "
+                 "heads"),
+                ("by_kv_heads", {"kv_head": "by_kv_heads"},
+                 "you divided the head number by the number of key/value heads; "
+                 "divide it by the size of a group, num_heads / num_kv_heads query "
+                 "heads"),
+            ]),
             hint="Count each of the four layers as inputs times outputs plus one bias per "
                  "output; a group is a block of num_heads / num_kv_heads consecutive query "
                  "heads.",

@@ -18,6 +18,7 @@ from torch import nn
 
 from attention_course import transformer
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.grading.tables import changed, mistake_table, prediction
 from attention_course.i18n import _
 from attention_course.masking import causal_mask
 from attention_course.multihead import MultiHeadAttention
@@ -76,31 +77,31 @@ def pe_cases() -> list[Case]:
     ]
 
 
-PE_MISTAKES = (
-    Mistake("sin_cos_swapped", lambda n, d: _pe(n, d, first="cos"),
-            "sine and cosine are swapped: the even columns (0, 2, 4, ...) hold the sines "
-            "and the odd columns the cosines"),
-    Mistake("base_1000", lambda n, d: _pe(n, d, base=1000.0),
-            "your table uses the base 1000, as one of the course's source notes prints it; "
-            "the paper's base is 10000 (the wavelengths then reach 10000 times 2 pi)"),
-    Mistake("pair_number_over_d", lambda n, d: _pe(n, d, exponent="i"),
-            "your exponent is i over d_model, with i the number of the pair; the formula "
-            "has 2i over d_model, so your frequencies fall off half as fast as they should"),
-    Mistake("column_exponent", lambda n, d: _pe(n, d, exponent="column"),
-            "every column has its own frequency in your table: the exponent counts the "
-            "column, but a sine column and the cosine column after it must share one "
-            "frequency (pair i uses the exponent 2i over d_model for both)"),
-    Mistake("halves", lambda n, d: _pe(n, d, layout="halves"),
-            "you put all the sines in the first half of the columns and all the cosines in "
-            "the second half; the chapter's table interleaves them: sine in column 2i, the "
-            "cosine of the same angle in column 2i + 1"),
-    Mistake("multiplied", lambda n, d: _pe(n, d, exponent="multiplied"),
-            "you multiply the position by 10000 to the power 2i over d_model; divide by it, "
-            "so that later pairs turn more slowly (longer wavelengths), not faster"),
-    Mistake("positions_from_one", lambda n, d: _pe(n, d, start=1),
-            "your rows are shifted by one: the first position is 0 (its row is 0, 1, 0, "
-            "1, ...), not 1"),
-)
+PE_MISTAKES = mistake_table(changed(_pe), [
+    ("sin_cos_swapped", {"first": "cos"},
+     "sine and cosine are swapped: the even columns (0, 2, 4, ...) hold the sines "
+     "and the odd columns the cosines"),
+    ("base_1000", {"base": 1000.0},
+     "your table uses the base 1000, as one of the course's source notes prints it; "
+     "the paper's base is 10000 (the wavelengths then reach 10000 times 2 pi)"),
+    ("pair_number_over_d", {"exponent": "i"},
+     "your exponent is i over d_model, with i the number of the pair; the formula "
+     "has 2i over d_model, so your frequencies fall off half as fast as they should"),
+    ("column_exponent", {"exponent": "column"},
+     "every column has its own frequency in your table: the exponent counts the "
+     "column, but a sine column and the cosine column after it must share one "
+     "frequency (pair i uses the exponent 2i over d_model for both)"),
+    ("halves", {"layout": "halves"},
+     "you put all the sines in the first half of the columns and all the cosines in "
+     "the second half; the chapter's table interleaves them: sine in column 2i, the "
+     "cosine of the same angle in column 2i + 1"),
+    ("multiplied", {"exponent": "multiplied"},
+     "you multiply the position by 10000 to the power 2i over d_model; divide by it, "
+     "so that later pairs turn more slowly (longer wavelengths), not faster"),
+    ("positions_from_one", {"start": 1},
+     "your rows are shifted by one: the first position is 0 (its row is 0, 1, 0, "
+     "1, ...), not 1"),
+])
 
 
 def diagnose_pe(case: Case, expected, got) -> str | None:
@@ -253,37 +254,37 @@ def embed_cases() -> list[Case]:
     ]
 
 
-EMBED_MISTAKES = (
-    Mistake("unfixed", _embed_wrong("divided", "batch"),
-            "this is still the broken function: both of its mistakes are in it (the scale "
-            "of the embeddings, and the axis along which the table is added)"),
-    Mistake("table_along_batch", _embed_wrong("sqrt", "batch"),
-            "the scale is right now, but the table is still added along the batch axis: "
-            "every token of sentence b gets row b of the table, whatever its position; in a "
-            "batch-first input the positions are axis 1"),
-    Mistake("divided", _embed_wrong("divided", "positions"),
-            "the table is added along the positions now, but the embeddings are still "
-            "divided by the square root of d_model; they must be multiplied by it"),
-    Mistake("no_scale", _embed_wrong("none", "positions"),
-            "the embeddings are not scaled: multiply them by the square root of d_model, so "
-            "that their entries have variance 1, like the sines and cosines of the table"),
-    Mistake("times_d", _embed_wrong("d", "positions"),
-            "the embeddings are multiplied by d_model; the factor is its square root"),
-    Mistake("vocabulary_size", _embed_wrong("vocabulary", "positions"),
-            "the embeddings are multiplied by the square root of the vocabulary size (the "
-            "embedding matrix's number of rows); d_model is its number of columns"),
-    Mistake("table_by_token_id", _embed_wrong("sqrt", "token_ids"),
-            "you looked the table up by token id: a token's row of the table is the row of "
-            "its position in the sentence, whatever the token"),
-    Mistake("no_table", _embed_wrong("sqrt", "none"),
-            "the scale is right, but the positional table is not added at all"),
-    Mistake("table_scaled_too", _embed_wrong("sum", "positions"),
-            "you scaled the table along with the embeddings: multiply only the embeddings "
-            "by the square root of d_model, then add the table as it is"),
-    Mistake("table_from_one", _embed_wrong("sqrt", "from_one"),
-            "the table's rows are shifted by one: the first token is at position 0 and gets "
-            "row 0 of the table"),
-)
+EMBED_MISTAKES = mistake_table(_embed_wrong, [
+    ("unfixed", {"scale": "divided", "table": "batch"},
+     "this is still the broken function: both of its mistakes are in it (the scale "
+     "of the embeddings, and the axis along which the table is added)"),
+    ("table_along_batch", {"scale": "sqrt", "table": "batch"},
+     "the scale is right now, but the table is still added along the batch axis: "
+     "every token of sentence b gets row b of the table, whatever its position; in a "
+     "batch-first input the positions are axis 1"),
+    ("divided", {"scale": "divided", "table": "positions"},
+     "the table is added along the positions now, but the embeddings are still "
+     "divided by the square root of d_model; they must be multiplied by it"),
+    ("no_scale", {"scale": "none", "table": "positions"},
+     "the embeddings are not scaled: multiply them by the square root of d_model, so "
+     "that their entries have variance 1, like the sines and cosines of the table"),
+    ("times_d", {"scale": "d", "table": "positions"},
+     "the embeddings are multiplied by d_model; the factor is its square root"),
+    ("vocabulary_size", {"scale": "vocabulary", "table": "positions"},
+     "the embeddings are multiplied by the square root of the vocabulary size (the "
+     "embedding matrix's number of rows); d_model is its number of columns"),
+    ("table_by_token_id", {"scale": "sqrt", "table": "token_ids"},
+     "you looked the table up by token id: a token's row of the table is the row of "
+     "its position in the sentence, whatever the token"),
+    ("no_table", {"scale": "sqrt", "table": "none"},
+     "the scale is right, but the positional table is not added at all"),
+    ("table_scaled_too", {"scale": "sum", "table": "positions"},
+     "you scaled the table along with the embeddings: multiply only the embeddings "
+     "by the square root of d_model, then add the table as it is"),
+    ("table_from_one", {"scale": "sqrt", "table": "from_one"},
+     "the table's rows are shifted by one: the first token is at position 0 and gets "
+     "row 0 of the table"),
+])
 
 
 # --------------------------------------------------------------------------- question 4
@@ -325,33 +326,33 @@ def mask_cases() -> list[Case]:
     ]
 
 
-MASK_MISTAKES = (
-    Mistake("inverted", _mask_wrong("inverted"),
-            "your mask is inverted: it is True where attention is blocked; the course's "
-            "convention is True where attention is allowed"),
-    Mistake("diagonal_excluded", _mask_wrong("strict"),
-            "your mask leaves out the diagonal: position t may attend to itself (keys at "
-            "positions up to and including t); without it the first position sees nothing"),
-    Mistake("future_allowed", _mask_wrong("upper"),
-            "your mask lets position t see the positions after it and hides the ones "
-            "before: the allowed keys are those at or before the query"),
-    Mistake("causal_only", _mask_wrong("causal_only"),
-            "the look-ahead part is right, but padding is not masked: a key that is a "
-            "pad_id token must be False in every row"),
-    Mistake("padding_only", _mask_wrong("padding_only"),
-            "the padding part is right, but nothing stops a position from looking ahead: "
-            "combine it with the causal condition (the key at or before the query)"),
-    Mistake("padding_inverted", _mask_wrong("padding_inverted"),
-            "the padding part of your mask is inverted: it keeps the padding keys and hides "
-            "the real tokens"),
-    Mistake("pad_id_ignored", _mask_wrong("pad_zero"),
-            "your mask treats the token id 0 as padding; padding is whatever id the "
-            "argument pad_id gives"),
-    Mistake("padding_on_queries", _mask_wrong("query_padding"),
-            "the rows of the padded positions are all False in your mask: you masked "
-            "padding along the queries (rows); a padded token must not be attended to, so "
-            "its column is False, while its own row follows the causal rule like any other"),
-)
+MASK_MISTAKES = mistake_table(_mask_wrong, [
+    ("inverted", {"kind": "inverted"},
+     "your mask is inverted: it is True where attention is blocked; the course's "
+     "convention is True where attention is allowed"),
+    ("diagonal_excluded", {"kind": "strict"},
+     "your mask leaves out the diagonal: position t may attend to itself (keys at "
+     "positions up to and including t); without it the first position sees nothing"),
+    ("future_allowed", {"kind": "upper"},
+     "your mask lets position t see the positions after it and hides the ones "
+     "before: the allowed keys are those at or before the query"),
+    ("causal_only", {"kind": "causal_only"},
+     "the look-ahead part is right, but padding is not masked: a key that is a "
+     "pad_id token must be False in every row"),
+    ("padding_only", {"kind": "padding_only"},
+     "the padding part is right, but nothing stops a position from looking ahead: "
+     "combine it with the causal condition (the key at or before the query)"),
+    ("padding_inverted", {"kind": "padding_inverted"},
+     "the padding part of your mask is inverted: it keeps the padding keys and hides "
+     "the real tokens"),
+    ("pad_id_ignored", {"kind": "pad_zero"},
+     "your mask treats the token id 0 as padding; padding is whatever id the "
+     "argument pad_id gives"),
+    ("padding_on_queries", {"kind": "query_padding"},
+     "the rows of the padded positions are all False in your mask: you masked "
+     "padding along the queries (rows); a padded token must not be attended to, so "
+     "its column is False, while its own row follows the causal rule like any other"),
+])
 
 
 # --------------------------------------------------------------------------- question 5
@@ -470,54 +471,54 @@ def encoder_layer_cases() -> list[Case]:
     ]
 
 
-LAYER_MISTAKES = (
-    Mistake("pre_norm", _layer_variant("pre_norm"),
-            "your layer is pre-norm (normalise the sub-layer's input, add the residual "
-            "after); the question asks for post-norm as in the paper: add the residual "
-            "first, then normalise the sum"),
-    Mistake("pre_norm_with_final_norm", _layer_variant("pre_norm_final"),
-            "your attention block is pre-norm (normalise the input, then add); both blocks "
-            "must be post-norm: add the residual first, then normalise the sum"),
-    Mistake("no_residual", _layer_variant("no_residual"),
-            "your layer has no residual connections: each layer norm must normalise the "
-            "sub-layer's input plus its output, not the output alone"),
-    Mistake("no_attention_residual", _layer_variant("no_attention_residual"),
-            "your attention block has no residual connection: its layer norm must normalise "
-            "the block's input plus the attention's output"),
-    Mistake("no_ffn_residual", _layer_variant("no_ffn_residual"),
-            "your feed-forward block has no residual connection: its layer norm must "
-            "normalise the block's input plus the feed-forward network's output"),
-    Mistake("norm_before_add", _layer_variant("norm_before_add"),
-            "you normalise the input and then add the sub-layer's output; post-norm adds "
-            "first and normalises the sum, so the layer's output is always normalised"),
-    Mistake("ffn_residual_from_input", _layer_variant("ffn_residual_from_input"),
-            "the residual of your feed-forward block adds the layer's original input; it "
-            "must add the feed-forward network's own input, the output of the first add "
-            "& norm"),
-    Mistake("norms_swapped", _layer_variant("norms_swapped"),
-            "your two layer norms are swapped: norm1 belongs to the attention block, norm2 "
-            "to the feed-forward block"),
-    Mistake("norm1_twice", _layer_variant("norm1_twice"),
-            "you use norm1 in both blocks; the feed-forward block has its own layer norm, "
-            "norm2"),
-    Mistake("ffn_first", _layer_variant("ffn_first"),
-            "your sub-layers are in the wrong order: self-attention comes first, then the "
-            "feed-forward network"),
-    Mistake("no_relu", _layer_variant("no_relu"),
-            "your feed-forward network has no ReLU between its two linear layers, so it is "
-            "one linear map"),
-    Mistake("relu_at_the_end", _layer_variant("relu_at_the_end"),
-            "your ReLU comes after the second linear layer; it belongs between the two, on "
-            "the d_ff hidden units"),
-    Mistake("gelu", _layer_variant("gelu"),
-            "you used GELU; the paper's feed-forward network, and this question, use ReLU"),
-    Mistake("mask_ignored", _layer_variant("mask_ignored"),
-            "the case without a mask is right, but the padding mask is not used: pass it "
-            "to the self-attention"),
-    Mistake("mask_inverted", _layer_variant("mask_inverted"),
-            "you inverted the padding mask before passing it on; it is already True where "
-            "attention is allowed, as the self-attention expects"),
-)
+LAYER_MISTAKES = mistake_table(_layer_variant, [
+    ("pre_norm", {"variant": "pre_norm"},
+     "your layer is pre-norm (normalise the sub-layer's input, add the residual "
+     "after); the question asks for post-norm as in the paper: add the residual "
+     "first, then normalise the sum"),
+    ("pre_norm_with_final_norm", {"variant": "pre_norm_final"},
+     "your attention block is pre-norm (normalise the input, then add); both blocks "
+     "must be post-norm: add the residual first, then normalise the sum"),
+    ("no_residual", {"variant": "no_residual"},
+     "your layer has no residual connections: each layer norm must normalise the "
+     "sub-layer's input plus its output, not the output alone"),
+    ("no_attention_residual", {"variant": "no_attention_residual"},
+     "your attention block has no residual connection: its layer norm must normalise "
+     "the block's input plus the attention's output"),
+    ("no_ffn_residual", {"variant": "no_ffn_residual"},
+     "your feed-forward block has no residual connection: its layer norm must "
+     "normalise the block's input plus the feed-forward network's output"),
+    ("norm_before_add", {"variant": "norm_before_add"},
+     "you normalise the input and then add the sub-layer's output; post-norm adds "
+     "first and normalises the sum, so the layer's output is always normalised"),
+    ("ffn_residual_from_input", {"variant": "ffn_residual_from_input"},
+     "the residual of your feed-forward block adds the layer's original input; it "
+     "must add the feed-forward network's own input, the output of the first add "
+     "& norm"),
+    ("norms_swapped", {"variant": "norms_swapped"},
+     "your two layer norms are swapped: norm1 belongs to the attention block, norm2 "
+     "to the feed-forward block"),
+    ("norm1_twice", {"variant": "norm1_twice"},
+     "you use norm1 in both blocks; the feed-forward block has its own layer norm, "
+     "norm2"),
+    ("ffn_first", {"variant": "ffn_first"},
+     "your sub-layers are in the wrong order: self-attention comes first, then the "
+     "feed-forward network"),
+    ("no_relu", {"variant": "no_relu"},
+     "your feed-forward network has no ReLU between its two linear layers, so it is "
+     "one linear map"),
+    ("relu_at_the_end", {"variant": "relu_at_the_end"},
+     "your ReLU comes after the second linear layer; it belongs between the two, on "
+     "the d_ff hidden units"),
+    ("gelu", {"variant": "gelu"},
+     "you used GELU; the paper's feed-forward network, and this question, use ReLU"),
+    ("mask_ignored", {"variant": "mask_ignored"},
+     "the case without a mask is right, but the padding mask is not used: pass it "
+     "to the self-attention"),
+    ("mask_inverted", {"variant": "mask_inverted"},
+     "you inverted the padding mask before passing it on; it is already True where "
+     "attention is allowed, as the self-attention expects"),
+])
 
 
 # --------------------------------------------------------------------------- question 6
@@ -525,20 +526,11 @@ EQUIVARIANT, NOT_EQUIVARIANT = "equivariant", "not equivariant"
 SETTINGS = ("padding_mask", "positional_encoding", "causal_mask")
 
 
-def predict_equivariance() -> dict[str, str]:
-    return {"padding_mask": EQUIVARIANT, "positional_encoding": NOT_EQUIVARIANT,
-            "causal_mask": NOT_EQUIVARIANT}
+EQUIVARIANCE = {"padding_mask": EQUIVARIANT, "positional_encoding": NOT_EQUIVARIANT,
+                "causal_mask": NOT_EQUIVARIANT}
 
 
-def _one_choice_wrong(reference, wrong_choices) -> tuple[Mistake, ...]:
-    """A mistake per ``(name, part, wrong choice, message)``: the reference's answer with
-    that one part changed."""
-    return tuple(
-        Mistake(name, lambda part=part, choice=choice: {**reference(), part: choice}, message)
-        for name, part, choice, message in wrong_choices)
-
-
-EQUIVARIANCE_MISTAKES = _one_choice_wrong(predict_equivariance, (
+EQUIVARIANCE_WRONG = [
     ("padding_breaks", "padding_mask", NOT_EQUIVARIANT,
      "the padding mask belongs to the tokens, not to the positions: when the tokens are "
      "permuted their mask is permuted with them, every token still sees the same set of "
@@ -550,7 +542,7 @@ EQUIVARIANCE_MISTAKES = _one_choice_wrong(predict_equivariance, (
      "the causal mask is tied to positions: after the permutation a word sees a different "
      "set of earlier words (the word moved to the front sees only itself), so even without "
      "a table the outputs change"),
-))
+]
 
 
 # --------------------------------------------------------------------------- question 7
@@ -656,11 +648,11 @@ POSSIBLE, IMPOSSIBLE = "possible", "impossible"
 TASKS = ("copy", "reverse", "largest", "previous")
 
 
-def predict_tasks() -> dict[str, str]:
-    return {"copy": POSSIBLE, "reverse": IMPOSSIBLE, "largest": POSSIBLE, "previous": IMPOSSIBLE}
+TASK_ANSWERS = {"copy": POSSIBLE, "reverse": IMPOSSIBLE, "largest": POSSIBLE,
+                "previous": IMPOSSIBLE}
 
 
-TASK_MISTAKES = _one_choice_wrong(predict_tasks, (
+TASK_WRONG = [
     ("copy_impossible", "copy", IMPOSSIBLE,
      "copying is possible: each output only has to name its own token, and equivariance "
      "lets the output follow its token wherever it goes"),
@@ -675,13 +667,14 @@ TASK_MISTAKES = _one_choice_wrong(predict_tasks, (
      "naming the previous token is impossible: which token comes before a word is a fact "
      "about order, and a permuted sentence with the same tokens gives that word the same "
      "output vector"),
-))
+]
 
 
 EXERCISE = Exercise(
     id="06_transformer",
     title="The Transformer",
-    forbidden_imports=("attention_course.transformer",),
+    forbidden_imports=("attention_course.transformer",
+                       "attention_course.transformer_layers"),
     questions=(
         Question(
             id="q1_positional_encoding",
@@ -758,17 +751,14 @@ EXERCISE = Exercise(
                  "then the feed-forward network with a ReLU inside.",
             section="6.4 Add & norm",
         ),
-        Question(
+        prediction(
             id="q6_predict_equivariance",
             symbol="predict_equivariance",
             title="Predict: which settings still ignore order?",
-            kind="predict",
             points=3,
-            reference=predict_equivariance,
-            cases=lambda: [Case()],
-            parts={"padding_mask": 1, "positional_encoding": 1, "causal_mask": 1},
+            answer=EQUIVARIANCE,
             choices=(EQUIVARIANT, NOT_EQUIVARIANT),
-            mistakes=EQUIVARIANCE_MISTAKES,
+            wrong=EQUIVARIANCE_WRONG,
             hint="Ask, for each setting, whether anything in the computation refers to "
                  "where a token stands, or only to which tokens there are.",
             section=CHAPTER_ORDER,
@@ -790,17 +780,14 @@ EXERCISE = Exercise(
                  "everything that belongs to a token moves with it.",
             section=CHAPTER_ORDER,
         ),
-        Question(
+        prediction(
             id="q8_predict_tasks",
             symbol="predict_tasks",
             title="Predict: what can an encoder without positions not learn?",
-            kind="predict",
             points=4,
-            reference=predict_tasks,
-            cases=lambda: [Case()],
-            parts={task: 1 for task in TASKS},
+            answer=TASK_ANSWERS,
             choices=(POSSIBLE, IMPOSSIBLE),
-            mistakes=TASK_MISTAKES,
+            wrong=TASK_WRONG,
             hint="Without positions, each output depends only on its own token and on the "
                  "set of tokens in the sentence: look for two sentences in which one word "
                  "must give different answers.",

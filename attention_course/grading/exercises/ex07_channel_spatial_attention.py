@@ -21,6 +21,7 @@ from attention_course import channel_spatial
 from attention_course.data.images import make_object_images
 from attention_course.grading.exercises._offsets import fits_with_offsets
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.grading.tables import mistake_table, prediction
 from attention_course.i18n import _
 
 EXERCISE_ID = "07_channel_spatial_attention"
@@ -137,37 +138,37 @@ def _se_variant(squeeze=_mean_squeeze, act=torch.relu, gate=torch.sigmoid, scale
     return Variant
 
 
-SE_MISTAKES = (
-    Mistake("softmax", _se_variant(gate=lambda s: torch.softmax(s, dim=1)),
-            "your weights sum to 1 over the channels, as a softmax makes them: SE gives each "
-            "channel its own weight in (0, 1) with a sigmoid, so channels do not compete"),
-    Mistake("no_sigmoid", _se_variant(gate=lambda s: s),
-            "your weights are the second layer's raw scores, some outside (0, 1): the "
-            "excitation ends with a sigmoid"),
-    Mistake("no_relu", _se_variant(act=lambda h: h),
-            "the two layers have nothing between them: the excitation puts a ReLU after the "
-            "first layer (without it the two layers are one linear map)"),
-    Mistake("sigmoid_hidden", _se_variant(act=torch.sigmoid),
-            "your hidden layer uses a sigmoid: the nonlinearity between the two layers is a "
-            "ReLU; the sigmoid comes only at the end"),
-    Mistake("max_squeeze", _se_variant(squeeze=lambda x: x.amax(dim=(2, 3))),
-            "your block describes each channel by its maximum: SE squeezes with the average "
-            "over the positions"),
-    Mistake("sum_squeeze", _se_variant(squeeze=lambda x: x.sum(dim=(2, 3))),
-            "your block describes each channel by the sum of its values: the squeeze is the "
-            "average, the sum divided by H times W"),
-    Mistake("output_is_weights", _se_variant(scale=lambda x, w: (w, w)),
-            "your output is the weights themselves: the block returns the input scaled by "
-            "them, one weight per channel times that channel's whole map"),
-    Mistake("not_broadcast", _se_variant(scale=lambda x, w: (x * w, w[:, :, 0, 0])),
-            "your output is right, but the weights come back as (B, C): give them the shape "
-            "(B, C, 1, 1), ready to broadcast over the H x W positions"),
-    Mistake("residual", _se_variant(scale=lambda x, w: (x + x * w, w)),
-            "your output adds the input back (a residual connection): the SE block itself "
-            "returns only the input times the weights"),
-    Mistake("dimmed_twice", _se_variant(scale=lambda x, w: (x * w * w, w)),
-            "your output multiplies the input by the weights twice"),
-)
+SE_MISTAKES = mistake_table(_se_variant, [
+    ("softmax", {"gate": lambda s: torch.softmax(s, dim=1)},
+     "your weights sum to 1 over the channels, as a softmax makes them: SE gives each "
+     "channel its own weight in (0, 1) with a sigmoid, so channels do not compete"),
+    ("no_sigmoid", {"gate": lambda s: s},
+     "your weights are the second layer's raw scores, some outside (0, 1): the "
+     "excitation ends with a sigmoid"),
+    ("no_relu", {"act": lambda h: h},
+     "the two layers have nothing between them: the excitation puts a ReLU after the "
+     "first layer (without it the two layers are one linear map)"),
+    ("sigmoid_hidden", {"act": torch.sigmoid},
+     "your hidden layer uses a sigmoid: the nonlinearity between the two layers is a "
+     "ReLU; the sigmoid comes only at the end"),
+    ("max_squeeze", {"squeeze": lambda x: x.amax(dim=(2, 3))},
+     "your block describes each channel by its maximum: SE squeezes with the average "
+     "over the positions"),
+    ("sum_squeeze", {"squeeze": lambda x: x.sum(dim=(2, 3))},
+     "your block describes each channel by the sum of its values: the squeeze is the "
+     "average, the sum divided by H times W"),
+    ("output_is_weights", {"scale": lambda x, w: (w, w)},
+     "your output is the weights themselves: the block returns the input scaled by "
+     "them, one weight per channel times that channel's whole map"),
+    ("not_broadcast", {"scale": lambda x, w: (x * w, w[:, :, 0, 0])},
+     "your output is right, but the weights come back as (B, C): give them the shape "
+     "(B, C, 1, 1), ready to broadcast over the H x W positions"),
+    ("residual", {"scale": lambda x, w: (x + x * w, w)},
+     "your output adds the input back (a residual connection): the SE block itself "
+     "returns only the input times the weights"),
+    ("dimmed_twice", {"scale": lambda x, w: (x * w * w, w)},
+     "your output multiplies the input by the weights twice"),
+])
 
 
 def _se_parts(got):
@@ -288,24 +289,26 @@ def _mlps(count):
 
 
 COUNT_MISTAKES = (
-    Mistake("fraction", _mlps(lambda c, r, k: 2 * c * c / r),
-            "you counted C/r hidden units as a fraction: the bottleneck has a whole number of "
-            "units, C/r rounded down (and at least one)"),
-    Mistake("no_minimum", _mlps(lambda c, r, k: 2 * c * (c // r)),
-            "with fewer channels than r, C/r rounds down to 0, but the bottleneck keeps at "
-            "least one hidden unit"),
-    Mistake("rounded", _mlps(lambda c, r, k: 2 * c * max(1, round(c / r))),
-            "you rounded C/r to the nearest whole number: the bottleneck's width is C/r "
-            "rounded down (and at least one)"),
-    Mistake("one_layer", _mlps(lambda c, r, k: c * max(1, c // r)),
-            "you counted one layer of the MLP: there are two, C to the bottleneck and back "
-            "to C, each with C times the bottleneck's width of weights"),
-    Mistake("no_bottleneck", _mlps(lambda c, r, k: 2 * c * c),
-            "your MLP keeps all C channels in its hidden layer: the bottleneck has C/r units "
-            "(rounded down, at least one), which is what makes it cheap"),
-    Mistake("with_biases", _mlps(lambda c, r, k: _right_se(c, r, k) + max(1, c // r) + c),
-            "you counted biases in the channel MLP: like the papers' formulas, its layers "
-            "have none"),
+    *mistake_table(_mlps, [
+        ("fraction", {"count": lambda c, r, k: 2 * c * c / r},
+         "you counted C/r hidden units as a fraction: the bottleneck has a whole number of "
+         "units, C/r rounded down (and at least one)"),
+        ("no_minimum", {"count": lambda c, r, k: 2 * c * (c // r)},
+         "with fewer channels than r, C/r rounds down to 0, but the bottleneck keeps at "
+         "least one hidden unit"),
+        ("rounded", {"count": lambda c, r, k: 2 * c * max(1, round(c / r))},
+         "you rounded C/r to the nearest whole number: the bottleneck's width is C/r "
+         "rounded down (and at least one)"),
+        ("one_layer", {"count": lambda c, r, k: c * max(1, c // r)},
+         "you counted one layer of the MLP: there are two, C to the bottleneck and back "
+         "to C, each with C times the bottleneck's width of weights"),
+        ("no_bottleneck", {"count": lambda c, r, k: 2 * c * c},
+         "your MLP keeps all C channels in its hidden layer: the bottleneck has C/r units "
+         "(rounded down, at least one), which is what makes it cheap"),
+        ("with_biases", {"count": lambda c, r, k: _right_se(c, r, k) + max(1, c // r) + c},
+         "you counted biases in the channel MLP: like the papers' formulas, its layers "
+         "have none"),
+    ]),
     Mistake("mlp_twice", _counts(_right_se, lambda c, r, k: 2 * _right_se(c, r, k),
                                  _right_spatial),
             "you counted CBAM's MLP twice: the average- and the max-pooled descriptors go "
@@ -387,29 +390,31 @@ SPATIAL_MISTAKES = (
     Mistake("max_mean", _spatial_variant("max", "mean"),
             "your map stacks the maximum first, then the average: the kernel's first input "
             "map is the channel average, its second the channel maximum"),
-    Mistake("no_sigmoid", _spatial_variant(gate="none"),
-            "your map is the convolution's raw output, with values outside (0, 1): finish "
-            "with a sigmoid"),
-    Mistake("softmax", _spatial_variant(gate="softmax"),
-            "your map sums to 1 over the positions, as a softmax makes it: CBAM gives each "
-            "position its own weight in (0, 1) with a sigmoid"),
-    Mistake("no_padding", _spatial_variant(padding=lambda k: 0),
-            "your map is smaller than the image: without padding a k x k kernel loses k - 1 "
-            "rows and columns; pad by half the kernel size, rounded down, on every side"),
-    Mistake("too_much_padding", _spatial_variant(padding=lambda k: k - 1),
-            "your map is larger than the image: pad by half the kernel size, rounded down, "
-            "not by k - 1"),
-    Mistake("padding_one", _spatial_variant(padding=lambda k: 1),
-            "your map has the right size only for a 3 x 3 kernel: the padding must grow "
-            "with the kernel, half its size rounded down"),
-    Mistake("padding_three", _spatial_variant(padding=lambda k: 3),
-            "your map has the right size only for a 7 x 7 kernel: the padding must follow "
-            "the kernel, half its size rounded down"),
-    Mistake("padding_k", _spatial_variant(padding=lambda k: k),
-            "your map is larger than the image: pad by half the kernel size, rounded down, "
-            "not by the whole kernel size"),
-    Mistake("no_bias", _spatial_variant(use_bias=False),
-            "your map ignores the convolution's bias: add it before the sigmoid"),
+    *mistake_table(_spatial_variant, [
+        ("no_sigmoid", {"gate": "none"},
+         "your map is the convolution's raw output, with values outside (0, 1): finish "
+         "with a sigmoid"),
+        ("softmax", {"gate": "softmax"},
+         "your map sums to 1 over the positions, as a softmax makes it: CBAM gives each "
+         "position its own weight in (0, 1) with a sigmoid"),
+        ("no_padding", {"padding": lambda k: 0},
+         "your map is smaller than the image: without padding a k x k kernel loses k - 1 "
+         "rows and columns; pad by half the kernel size, rounded down, on every side"),
+        ("too_much_padding", {"padding": lambda k: k - 1},
+         "your map is larger than the image: pad by half the kernel size, rounded down, "
+         "not by k - 1"),
+        ("padding_one", {"padding": lambda k: 1},
+         "your map has the right size only for a 3 x 3 kernel: the padding must grow "
+         "with the kernel, half its size rounded down"),
+        ("padding_three", {"padding": lambda k: 3},
+         "your map has the right size only for a 7 x 7 kernel: the padding must follow "
+         "the kernel, half its size rounded down"),
+        ("padding_k", {"padding": lambda k: k},
+         "your map is larger than the image: pad by half the kernel size, rounded down, "
+         "not by the whole kernel size"),
+        ("no_bias", {"use_bias": False},
+         "your map ignores the convolution's bias: add it before the sigmoid"),
+    ]),
     Mistake("sum", _spatial_variant("sum", "max"),
             "your first map is the sum over the channels: CBAM stacks the channel average"),
     Mistake("mean_twice", _spatial_variant("mean", "mean"),
@@ -664,31 +669,27 @@ def debug_cases() -> list[Case]:
 CHOICES = ("unchanged", "shifted", "different")
 PREDICTION = {"se_weights": "unchanged", "cbam_channel_weights": "unchanged",
               "cbam_spatial_map": "shifted"}
-PREDICT_MESSAGES = {
-    ("se_weights", "shifted"):
-        "SE's weights have no positions that could move: one number per channel, from the "
-        "channel's average over all positions",
-    ("se_weights", "different"):
-        "the average over all positions adds up the same values, only in another order: "
-        "rolling the image cannot change it",
-    ("cbam_channel_weights", "shifted"):
-        "CBAM's channel weights, like SE's, are one number per channel, with no positions to "
-        "move",
-    ("cbam_channel_weights", "different"):
-        "the maximum over all positions does not care where the largest value sits, any more "
-        "than the average does",
-    ("cbam_spatial_map", "unchanged"):
-        "the spatial map has one weight per position: when the object moves, its bright spot "
-        "must move somewhere",
-    ("cbam_spatial_map", "different"):
-        "a convolution applies the same kernel at every position, so moving its input moves "
-        "its output by the same amount (away from the edges), and the pooled maps move with "
-        "the image",
-}
-
-
-def _prediction(key: str, choice: str):
-    return lambda: {**PREDICTION, key: choice}
+PREDICT_WRONG = [
+    ("se_weights_shifted", "se_weights", "shifted",
+     "SE's weights have no positions that could move: one number per channel, from the "
+     "channel's average over all positions"),
+    ("se_weights_different", "se_weights", "different",
+     "the average over all positions adds up the same values, only in another order: "
+     "rolling the image cannot change it"),
+    ("cbam_channel_weights_shifted", "cbam_channel_weights", "shifted",
+     "CBAM's channel weights, like SE's, are one number per channel, with no positions to "
+     "move"),
+    ("cbam_channel_weights_different", "cbam_channel_weights", "different",
+     "the maximum over all positions does not care where the largest value sits, any more "
+     "than the average does"),
+    ("cbam_spatial_map_unchanged", "cbam_spatial_map", "unchanged",
+     "the spatial map has one weight per position: when the object moves, its bright spot "
+     "must move somewhere"),
+    ("cbam_spatial_map_different", "cbam_spatial_map", "different",
+     "a convolution applies the same kernel at every position, so moving its input moves "
+     "its output by the same amount (away from the edges), and the pooled maps move with "
+     "the image"),
+]
 
 
 # --------------------------------------------------------------------------- Q7 experiment
@@ -763,41 +764,37 @@ def _output_change(before, after):
     return float((after["output"] - before["output"]).abs().max())
 
 
-EXPERIMENT_MISTAKES = (
-    Mistake("col_row", _experiment_variant(peak=_peak_col_row),
-            "your peaks are (column, row): give them as (row, column), the row counted down "
-            "from the top"),
-    Mistake("flat_index", _experiment_variant(peak=_peak_flat),
-            "your peaks are positions in the flattened map: give each as a pair (row, "
-            "column), the row counted down from the top"),
-    Mistake("tensor_peak", _experiment_variant(peak=_peak_tensor),
-            "your peaks are right, but as tensors: give each as a pair of Python integers, "
-            "(row, column)"),
-    Mistake("swapped_shift", _experiment_variant(
-        roll=lambda x, dy, dx: torch.roll(x, (dx, dy), dims=(2, 3))),
-            "your image moved by dx rows and dy columns: dy moves the rows (the height axis), "
-            "dx the columns"),
-    Mistake("rows_only", _experiment_variant(roll=lambda x, dy, dx: torch.roll(x, dy, dims=2)),
-            "your image moved along the rows only: roll it by dy along the height and by dx "
-            "along the width"),
-    Mistake("columns_only", _experiment_variant(
-        roll=lambda x, dy, dx: torch.roll(x, dx, dims=3)),
-            "your image moved along the columns only: roll it by dy along the height and by "
-            "dx along the width"),
-    Mistake("against", _experiment_variant(
-        roll=lambda x, dy, dx: torch.roll(x, (-dy, -dx), dims=(2, 3))),
-            "your image moved the other way: a positive dy moves the content down (to larger "
-            "row numbers), a positive dx to the right"),
-    Mistake("channels_rolled", _experiment_variant(
-        roll=lambda x, dy, dx: torch.roll(x, (dy, dx), dims=(1, 2))),
-            "you rolled the channels and the rows: roll the two spatial axes, height and "
-            "width, and leave the channels alone"),
-    Mistake("map_change", _experiment_variant(change=_map_change),
-            "your channel change is the change of the spatial map: measure the channel "
-            "weights"),
-    Mistake("output_change", _experiment_variant(change=_output_change),
-            "your channel change is the change of CBAM's output: measure the channel weights"),
-)
+EXPERIMENT_MISTAKES = mistake_table(_experiment_variant, [
+    ("col_row", {"peak": _peak_col_row},
+     "your peaks are (column, row): give them as (row, column), the row counted down "
+     "from the top"),
+    ("flat_index", {"peak": _peak_flat},
+     "your peaks are positions in the flattened map: give each as a pair (row, "
+     "column), the row counted down from the top"),
+    ("tensor_peak", {"peak": _peak_tensor},
+     "your peaks are right, but as tensors: give each as a pair of Python integers, "
+     "(row, column)"),
+    ("swapped_shift", {"roll": lambda x, dy, dx: torch.roll(x, (dx, dy), dims=(2, 3))},
+     "your image moved by dx rows and dy columns: dy moves the rows (the height axis), "
+     "dx the columns"),
+    ("rows_only", {"roll": lambda x, dy, dx: torch.roll(x, dy, dims=2)},
+     "your image moved along the rows only: roll it by dy along the height and by dx "
+     "along the width"),
+    ("columns_only", {"roll": lambda x, dy, dx: torch.roll(x, dx, dims=3)},
+     "your image moved along the columns only: roll it by dy along the height and by "
+     "dx along the width"),
+    ("against", {"roll": lambda x, dy, dx: torch.roll(x, (-dy, -dx), dims=(2, 3))},
+     "your image moved the other way: a positive dy moves the content down (to larger "
+     "row numbers), a positive dx to the right"),
+    ("channels_rolled", {"roll": lambda x, dy, dx: torch.roll(x, (dy, dx), dims=(1, 2))},
+     "you rolled the channels and the rows: roll the two spatial axes, height and "
+     "width, and leave the channels alone"),
+    ("map_change", {"change": _map_change},
+     "your channel change is the change of the spatial map: measure the channel "
+     "weights"),
+    ("output_change", {"change": _output_change},
+     "your channel change is the change of CBAM's output: measure the channel weights"),
+])
 
 
 def experiment_cases() -> list[Case]:
@@ -902,18 +899,14 @@ EXERCISE = Exercise(
                  "does each weight scale the output?",
             section=S73,
         ),
-        Question(
+        prediction(
             id="q6_predict_shift",
             symbol="predict_shift",
             title="Predict: the object moves",
-            kind="predict",
             points=3,
-            reference=lambda: dict(PREDICTION),
-            cases=lambda: [Case()],
-            parts={"se_weights": 1, "cbam_channel_weights": 1, "cbam_spatial_map": 1},
+            answer=PREDICTION,
             choices=CHOICES,
-            mistakes=tuple(Mistake(f"{key}_{choice}", _prediction(key, choice), message)
-                           for (key, choice), message in PREDICT_MESSAGES.items()),
+            wrong=PREDICT_WRONG,
             hint="Ask of each block what it pools over and whether a position survives the "
                  "pooling; and what a convolution does to a shifted input.",
             section=S78,

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from attention_course import positions
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.grading.tables import changed, mistake_table, prediction
 from attention_course.i18n import _
 
 ALIBI = "8.5 ALiBi: a linear penalty on distance"
@@ -75,43 +76,43 @@ def alibi_cases() -> list[Case]:
     ]
 
 
-ALIBI_MISTAKES = (
-    Mistake("slopes_from_zero", lambda h, n: _alibi(h, n, slopes="from_zero"),
-            "your first head has slope 1 and every head is one step too steep: the heads "
-            "count from h = 1, so the first slope is 2 to the power -8/H"),
-    Mistake("slopes_halves", lambda h, n: _alibi(h, n, slopes="halves"),
-            "your slopes are 1/2, 1/4, 1/8, ... whatever the number of heads; that is the "
-            "sequence for 8 heads only: the exponent is -8h/H, so the slopes always run "
-            "from 2 to the power -8/H down to 1/256"),
-    Mistake("slopes_reversed", lambda h, n: _alibi(h, n, slopes="reversed"),
-            "your heads are in the reverse order: head 1 has the steepest slope, the last "
-            "head the shallowest (1/256)"),
-    Mistake("one_slope", lambda h, n: _alibi(h, n, slopes="one"),
-            "every head has the same slope; each head has its own, a geometric sequence "
-            "from 2 to the power -8/H down to 1/256"),
-    Mistake("positive", lambda h, n: _alibi(h, n, sign=1.0),
-            "your bias grows with distance: it must be a penalty, minus the slope times "
-            "the distance, so that far keys get lower scores"),
-    Mistake("transposed", lambda h, n: _alibi(h, n, layout="upper"),
-            "your bias is transposed: each query may see the keys after it and not those "
-            "before; rows are queries, columns keys, and a query sees the keys at or "
-            "before its own position"),
-    Mistake("no_mask", lambda h, n: _alibi(h, n, layout="both"),
-            "your bias is symmetric, with no causal mask: the keys after a query must get "
-            "minus infinity, since ALiBi's bias is here the causal one of a decoder"),
-    Mistake("unmasked", lambda h, n: _alibi(h, n, layout="unmasked"),
-            "the keys after each query are not masked, and your bias even rewards them "
-            "(the distance is negative there); they must get minus infinity"),
-    Mistake("zero_above", lambda h, n: _alibi(h, n, above=0.0),
-            "the keys after each query get a bias of 0, which even favours them over the "
-            "earlier keys; they must get minus infinity"),
-    Mistake("large_negative", lambda h, n: _alibi(h, n, above=-1e9),
-            "the keys after each query get a large negative number; the question asks for "
-            "minus infinity there (exact, and safe in float16)"),
-    Mistake("diagonal_masked", lambda h, n: _alibi(h, n, diagonal=True),
-            "your mask also hides each query's own position; a query may attend to itself, "
-            "with bias 0"),
-)
+ALIBI_MISTAKES = mistake_table(changed(_alibi), [
+    ("slopes_from_zero", {"slopes": "from_zero"},
+     "your first head has slope 1 and every head is one step too steep: the heads "
+     "count from h = 1, so the first slope is 2 to the power -8/H"),
+    ("slopes_halves", {"slopes": "halves"},
+     "your slopes are 1/2, 1/4, 1/8, ... whatever the number of heads; that is the "
+     "sequence for 8 heads only: the exponent is -8h/H, so the slopes always run "
+     "from 2 to the power -8/H down to 1/256"),
+    ("slopes_reversed", {"slopes": "reversed"},
+     "your heads are in the reverse order: head 1 has the steepest slope, the last "
+     "head the shallowest (1/256)"),
+    ("one_slope", {"slopes": "one"},
+     "every head has the same slope; each head has its own, a geometric sequence "
+     "from 2 to the power -8/H down to 1/256"),
+    ("positive", {"sign": 1.0},
+     "your bias grows with distance: it must be a penalty, minus the slope times "
+     "the distance, so that far keys get lower scores"),
+    ("transposed", {"layout": "upper"},
+     "your bias is transposed: each query may see the keys after it and not those "
+     "before; rows are queries, columns keys, and a query sees the keys at or "
+     "before its own position"),
+    ("no_mask", {"layout": "both"},
+     "your bias is symmetric, with no causal mask: the keys after a query must get "
+     "minus infinity, since ALiBi's bias is here the causal one of a decoder"),
+    ("unmasked", {"layout": "unmasked"},
+     "the keys after each query are not masked, and your bias even rewards them "
+     "(the distance is negative there); they must get minus infinity"),
+    ("zero_above", {"above": 0.0},
+     "the keys after each query get a bias of 0, which even favours them over the "
+     "earlier keys; they must get minus infinity"),
+    ("large_negative", {"above": -1e9},
+     "the keys after each query get a large negative number; the question asks for "
+     "minus infinity there (exact, and safe in float16)"),
+    ("diagonal_masked", {"diagonal": True},
+     "your mask also hides each query's own position; a query may attend to itself, "
+     "with bias 0"),
+])
 
 
 def diagnose_alibi(case: Case, expected, got) -> str | None:
@@ -285,34 +286,38 @@ def rope_attention_cases() -> list[Case]:
 
 
 ROPE_ATTENTION_MISTAKES = (
-    Mistake("values_rotated", _rope_attention("qkv"),
-            "you rotated the values too; RoPE turns only the queries and the keys, so that "
-            "the scores depend on the offset, and leaves the values, the content that is "
-            "mixed, as they are"),
-    Mistake("queries_only", _rope_attention("q"),
-            "only the queries are rotated; the keys must be turned by their own positions "
-            "too, or the scores depend on the query's place, not on the offset"),
-    Mistake("keys_only", _rope_attention("k"),
-            "only the keys are rotated; the queries must be turned by their own positions "
-            "too, or the scores depend on the key's place, not on the offset"),
-    Mistake("output_rotated", _rope_attention("qk", output=True),
-            "the queries and keys are right, but you also rotated the output of the "
-            "attention; RoPE acts on the scores only"),
-    Mistake("not_causal", _rope_attention("qk", causal=False),
-            "the rotations are right, but the attention is not causal: each query may see "
-            "only the keys at or before its own position"),
-    Mistake("unscaled", _rope_attention(scale="none"),
-            "the rotations and the mask are right, but your scores are not divided by the "
-            "square root of d: they are that many times too large"),
-    Mistake("divided_by_d", _rope_attention(scale="d"),
-            "the rotations and the mask are right, but your scores are divided by d, not "
-            "by its square root"),
-    Mistake("diagonal_masked", _rope_attention(diagonal=False),
-            "your causal mask also hides each query's own position (the first query then "
-            "sees nothing); a query may attend to itself and to the keys before it"),
-    Mistake("softmax_over_queries", _rope_attention(axis=-2),
-            "your softmax normalises over the queries, down each column; each query's "
-            "weights over its keys must sum to 1, along each row"),
+    *mistake_table(_rope_attention, [
+        ("values_rotated", {"rotate": "qkv"},
+         "you rotated the values too; RoPE turns only the queries and the keys, so that "
+         "the scores depend on the offset, and leaves the values, the content that is "
+         "mixed, as they are"),
+        ("queries_only", {"rotate": "q"},
+         "only the queries are rotated; the keys must be turned by their own positions "
+         "too, or the scores depend on the query's place, not on the offset"),
+        ("keys_only", {"rotate": "k"},
+         "only the keys are rotated; the queries must be turned by their own positions "
+         "too, or the scores depend on the key's place, not on the offset"),
+        ("output_rotated", {"rotate": "qk", "output": True},
+         "the queries and keys are right, but you also rotated the output of the "
+         "attention; RoPE acts on the scores only"),
+        ("not_causal", {"rotate": "qk", "causal": False},
+         "the rotations are right, but the attention is not causal: each query may see "
+         "only the keys at or before its own position"),
+    ]),
+    *mistake_table(_rope_attention, [
+        ("unscaled", {"scale": "none"},
+         "the rotations and the mask are right, but your scores are not divided by the "
+         "square root of d: they are that many times too large"),
+        ("divided_by_d", {"scale": "d"},
+         "the rotations and the mask are right, but your scores are divided by d, not "
+         "by its square root"),
+        ("diagonal_masked", {"diagonal": False},
+         "your causal mask also hides each query's own position (the first query then "
+         "sees nothing); a query may attend to itself and to the keys before it"),
+        ("softmax_over_queries", {"axis": -2},
+         "your softmax normalises over the queries, down each column; each query's "
+         "weights over its keys must sum to 1, along each row"),
+    ]),
     Mistake("nothing_rotated", _rope_attention(""),
             "nothing is rotated: this is causal attention without positions"),
 )
@@ -374,21 +379,11 @@ SAME, DIFFERENT = "same", "different"
 SCENARIOS = ("none_last", "rope_last", "alibi_last", "none_first")
 
 
-def predict_swap() -> dict[str, str]:
-    return {"none_last": SAME, "rope_last": DIFFERENT, "alibi_last": DIFFERENT,
-            "none_first": DIFFERENT}
+SWAP = {"none_last": SAME, "rope_last": DIFFERENT, "alibi_last": DIFFERENT,
+        "none_first": DIFFERENT}
 
 
-def _one_choice_wrong(wrong_choices) -> tuple[Mistake, ...]:
-    """A mistake per ``(name, part, wrong choice, message)``: the reference's answer with
-    that one part changed."""
-    return tuple(
-        Mistake(name, lambda part=part, choice=choice: {**predict_swap(), part: choice},
-                message)
-        for name, part, choice, message in wrong_choices)
-
-
-SWAP_MISTAKES = _one_choice_wrong((
+SWAP_WRONG = [
     ("none_last_different", "none_last", DIFFERENT,
      "without positions the last query sees every token of the sequence, the same set "
      "before and after the swap; its weights move with their keys and its output, a "
@@ -406,7 +401,7 @@ SWAP_MISTAKES = _one_choice_wrong((
      "the first position sees only itself, and after the swap a different token stands "
      "there: its output is that token's value; the causal mask is positional, so even "
      "without positions the first output changes"),
-))
+]
 
 
 # --------------------------------------------------------------------------- question 6
@@ -444,18 +439,20 @@ REACH_MISTAKES = (
             "every count is 1: the most recent key alone reaches the share, as happens when "
             "the weights are not normalised across the keys the last query sees; turn its "
             "row of the bias into weights with a softmax over the keys"),
-    Mistake("oldest_first", lambda h, lengths, s: _reach(h, lengths, s, order="oldest"),
-            "you counted keys from the start of the sequence; count from the query back, "
-            "the most recent key first"),
-    Mistake("first_query", lambda h, lengths, s: _reach(h, lengths, s, query="first"),
-            "you measured the first query, which sees only itself; the question asks about "
-            "the last query, which sees the whole sequence"),
-    Mistake("one_fewer", lambda h, lengths, s: _reach(h, lengths, s, offset=-1),
-            "each of your counts is one too small: count the query's own key too (it is "
-            "the most recent one)"),
-    Mistake("one_more", lambda h, lengths, s: _reach(h, lengths, s, offset=1),
-            "each of your counts is one too large: stop at the first key with which the "
-            "running total reaches the share"),
+    *mistake_table(changed(_reach), [
+        ("oldest_first", {"order": "oldest"},
+         "you counted keys from the start of the sequence; count from the query back, "
+         "the most recent key first"),
+        ("first_query", {"query": "first"},
+         "you measured the first query, which sees only itself; the question asks about "
+         "the last query, which sees the whole sequence"),
+        ("one_fewer", {"offset": -1},
+         "each of your counts is one too small: count the query's own key too (it is "
+         "the most recent one)"),
+        ("one_more", {"offset": 1},
+         "each of your counts is one too large: stop at the first key with which the "
+         "running total reaches the share"),
+    ]),
 )
 
 
@@ -528,17 +525,14 @@ EXERCISE = Exercise(
                  "terms and divide by the sum of all n.",
             section=ALIBI,
         ),
-        Question(
+        prediction(
             id="q5_predict_swap",
             symbol="predict_swap",
             title="Predict: who notices a swap?",
-            kind="predict",
             points=4,
-            reference=predict_swap,
-            cases=lambda: [Case()],
-            parts={scenario: 1 for scenario in SCENARIOS},
+            answer=SWAP,
             choices=(SAME, DIFFERENT),
-            mistakes=SWAP_MISTAKES,
+            wrong=SWAP_WRONG,
             hint="Ask, for each output, which keys its query sees, and whether anything "
                  "in its scores depends on where those keys stand.",
             section=WHY,

@@ -22,6 +22,7 @@ import torch
 
 from attention_course import masking
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.grading.tables import drawn_cases, mistake_table, prediction
 from attention_course.i18n import _
 
 # The chapter's headings, exactly as written in book/09_decoding.ipynb.
@@ -125,24 +126,19 @@ def _step_variant(order: str = "cache_first", mask: str = "bottom_right",
     return step
 
 
-def step_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(901)
-    cases = []
-    for b, cached, n, hidden, label in [
-        (2, 5, 1, False, "one new token after 5 cached ones (B=2, n=1, T=5)"),
-        (1, 3, 3, False, "three new tokens after 3 cached ones (B=1, n=3, T=3)"),
-        (2, 0, 4, False, "an empty cache: four tokens at once (B=2, n=4, T=0)"),
-        (3, 6, 2, True, ""),
-        (1, 1, 1, True, ""),
-        (2, 2, 5, True, ""),
-    ]:
-        w_q, w_k, w_v = _weights(g, D_MODEL, D_HEAD)
-        x_new = torch.randn(b, n, D_MODEL, generator=g)
-        cache_k = torch.randn(b, cached, D_HEAD, generator=g)
-        cache_v = torch.randn(b, cached, D_HEAD, generator=g)
-        cases.append(Case(args=(x_new, w_q, w_k, w_v, cache_k, cache_v), label=label,
-                          hidden=hidden))
-    return cases
+def _step_case(g: torch.Generator, b: int, cached: int, n: int, label: str = "") -> Case:
+    w_q, w_k, w_v = _weights(g, D_MODEL, D_HEAD)
+    x_new = torch.randn(b, n, D_MODEL, generator=g)
+    cache_k = torch.randn(b, cached, D_HEAD, generator=g)
+    cache_v = torch.randn(b, cached, D_HEAD, generator=g)
+    return Case(args=(x_new, w_q, w_k, w_v, cache_k, cache_v), label=label)
+
+
+step_cases = drawn_cases(901, _step_case, visible=[
+    (2, 5, 1, "one new token after 5 cached ones (B=2, n=1, T=5)"),
+    (1, 3, 3, "three new tokens after 3 cached ones (B=1, n=3, T=3)"),
+    (2, 0, 4, "an empty cache: four tokens at once (B=2, n=4, T=0)"),
+], hidden=[(3, 6, 2), (1, 1, 1), (2, 2, 5)])
 
 
 def _not_appended(x_new, w_q, w_k, w_v, cache_k, cache_v) -> Step:
@@ -151,49 +147,53 @@ def _not_appended(x_new, w_q, w_k, w_v, cache_k, cache_v) -> Step:
 
 
 STEP_MISTAKES = (
-    Mistake("top_left", _step_variant(mask="top_left"),
-            "your new tokens see the keys as if they were the first positions (a top-left "
-            "causal mask, what PyTorch's is_causal does when there are more keys than "
-            "queries): they are the last n positions, so each one sees every cached key "
-            "and the new keys up to its own"),
-    Mistake("no_mask", _step_variant(mask="none"),
-            "with several new tokens at once, each one also sees the new tokens after it: "
-            "the causal mask is still needed among them, aligned bottom-right"),
-    Mistake("no_diagonal", _step_variant(mask="no_diagonal"),
-            "each new token is denied its own key: a token attends to itself as well as to "
-            "everything before it"),
-    Mistake("one_future", _step_variant(mask="one_future"),
-            "your mask is shifted by one: each new token also sees the new token right "
-            "after it; the last new token is the last position, and new token i sees "
-            "exactly the keys up to its own position"),
-    Mistake("masked_to_zero", _step_variant(hide="zero"),
-            "the keys a new token may not see get a score of 0, and a score of 0 still "
-            "gets weight after the softmax; hidden keys need a score of minus infinity"),
-    Mistake("masked_after_softmax", _step_variant(hide="after"),
-            "you removed the hidden keys' weights after the softmax, so the remaining "
-            "weights no longer sum to 1; hide those keys before the softmax (a score of "
-            "minus infinity), so that it normalises over the visible keys only"),
-    Mistake("new_first", _step_variant(order="new_first"),
-            "your new keys and values come before the cached ones: the cache holds the "
-            "earlier positions, so new entries go at the end, in order (the keys and values "
-            "given back are in the wrong order too)"),
+    *mistake_table(_step_variant, [
+        ("top_left", {"mask": "top_left"},
+         "your new tokens see the keys as if they were the first positions (a top-left "
+         "causal mask, what PyTorch's is_causal does when there are more keys than "
+         "queries): they are the last n positions, so each one sees every cached key "
+         "and the new keys up to its own"),
+        ("no_mask", {"mask": "none"},
+         "with several new tokens at once, each one also sees the new tokens after it: "
+         "the causal mask is still needed among them, aligned bottom-right"),
+        ("no_diagonal", {"mask": "no_diagonal"},
+         "each new token is denied its own key: a token attends to itself as well as to "
+         "everything before it"),
+        ("one_future", {"mask": "one_future"},
+         "your mask is shifted by one: each new token also sees the new token right "
+         "after it; the last new token is the last position, and new token i sees "
+         "exactly the keys up to its own position"),
+        ("masked_to_zero", {"hide": "zero"},
+         "the keys a new token may not see get a score of 0, and a score of 0 still "
+         "gets weight after the softmax; hidden keys need a score of minus infinity"),
+        ("masked_after_softmax", {"hide": "after"},
+         "you removed the hidden keys' weights after the softmax, so the remaining "
+         "weights no longer sum to 1; hide those keys before the softmax (a score of "
+         "minus infinity), so that it normalises over the visible keys only"),
+        ("new_first", {"order": "new_first"},
+         "your new keys and values come before the cached ones: the cache holds the "
+         "earlier positions, so new entries go at the end, in order (the keys and values "
+         "given back are in the wrong order too)"),
+    ]),
     Mistake("not_appended", _not_appended,
             "your keys and values hold only the old cache: the new tokens' keys and values "
             "must be appended, returned, and attended to (a token sees itself)"),
-    Mistake("attend_before_append", _step_variant(attend="cache_only"),
-            "your keys and values are right, but the new tokens attend only to the "
-            "old cache: append first, then attend, so that a new token also sees itself "
-            "(and the new tokens before it)"),
-    Mistake("unscaled", _step_variant(scale="none"),
-            "your scores are not divided by the square root of the head size: the output "
-            "is too sharp"),
-    Mistake("model_scale", _step_variant(scale="model"),
-            "your scores are divided by the square root of the input width (the rows of "
-            "the projection matrices); the scale is the size of a query and a key, the "
-            "head size (their columns)"),
-    Mistake("softmax_over_queries", _step_variant(softmax_dim=-2),
-            "your softmax normalises over the queries (down each column); each query's "
-            "weights over the keys must sum to 1"),
+    *mistake_table(_step_variant, [
+        ("attend_before_append", {"attend": "cache_only"},
+         "your keys and values are right, but the new tokens attend only to the "
+         "old cache: append first, then attend, so that a new token also sees itself "
+         "(and the new tokens before it)"),
+        ("unscaled", {"scale": "none"},
+         "your scores are not divided by the square root of the head size: the output "
+         "is too sharp"),
+        ("model_scale", {"scale": "model"},
+         "your scores are divided by the square root of the input width (the rows of "
+         "the projection matrices); the scale is the size of a query and a key, the "
+         "head size (their columns)"),
+        ("softmax_over_queries", {"softmax_dim": -2},
+         "your softmax normalises over the queries (down each column); each query's "
+         "weights over the keys must sum to 1"),
+    ]),
 )
 
 
@@ -248,40 +248,38 @@ def _chunked(order: str, mask: str) -> Callable[..., Tensor]:
     return run
 
 
-def chunk_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(902)
-    cases = []
-    for b, n, chunk, hidden in [(2, 5, 1, False), (1, 6, 2, False), (2, 7, 3, False),
-                                (3, 8, 3, True), (1, 9, 2, True), (2, 4, 4, True)]:
-        w_q, w_k, w_v = _weights(g, D_MODEL, D_HEAD)
-        x = torch.randn(b, n, D_MODEL, generator=g)
-        label = f"B={b}, N={n}, chunk={chunk}"
-        cases.append(Case(args=(x, w_q, w_k, w_v, chunk), label=label, hidden=hidden))
-    return cases
+def _chunk_case(g: torch.Generator, b: int, n: int, chunk: int) -> Case:
+    w_q, w_k, w_v = _weights(g, D_MODEL, D_HEAD)
+    x = torch.randn(b, n, D_MODEL, generator=g)
+    return Case(args=(x, w_q, w_k, w_v, chunk), label=f"B={b}, N={n}, chunk={chunk}")
 
 
-CHUNK_MISTAKES = (
-    Mistake("starter", _chunked("first", "top_left"),
-            "this is what the given code computes: two things are still wrong, the "
-            "alignment of the causal mask (each chunk holds the newest positions, not the "
-            "first ones) and where the new keys and values go in the cache; as it stands, "
-            "each token sees only the tokens of its own chunk, never the earlier chunks"),
-    Mistake("order_still_wrong", _chunked("first", "bottom_right"),
-            "the mask is aligned right now, but the new keys and values still go in front "
-            "of the cache: the cache must keep the positions in order, oldest first, or "
-            "the mask hides the wrong keys"),
-    Mistake("mask_still_top_left", _chunked("last", "top_left"),
-            "the cache is in order now, but the mask is still aligned top-left: a chunk of "
-            "new tokens must see every cached key, and the new keys up to its own position "
-            "(bottom-right alignment)"),
-    Mistake("mask_removed", _chunked("last", "none"),
-            "without a mask, a token of a chunk sees the tokens after it in the same chunk: "
-            "keep a causal mask, aligned bottom-right (without a mask the order of the "
-            "cache makes no difference; with one it does)"),
-    Mistake("no_diagonal", _chunked("last", "no_diagonal"),
-            "each token is denied its own key: the causal mask allows a position to attend "
-            "to itself"),
-)
+chunk_cases = drawn_cases(902, _chunk_case, visible=[(2, 5, 1), (1, 6, 2), (2, 7, 3)],
+                          hidden=[(3, 8, 3), (1, 9, 2), (2, 4, 4)])
+
+
+CHUNK_MISTAKES = mistake_table(_chunked, [
+    ("starter", {"order": "first", "mask": "top_left"},
+     "this is what the given code computes: two things are still wrong, the "
+     "alignment of the causal mask (each chunk holds the newest positions, not the "
+     "first ones) and where the new keys and values go in the cache; as it stands, "
+     "each token sees only the tokens of its own chunk, never the earlier chunks"),
+    ("order_still_wrong", {"order": "first", "mask": "bottom_right"},
+     "the mask is aligned right now, but the new keys and values still go in front "
+     "of the cache: the cache must keep the positions in order, oldest first, or "
+     "the mask hides the wrong keys"),
+    ("mask_still_top_left", {"order": "last", "mask": "top_left"},
+     "the cache is in order now, but the mask is still aligned top-left: a chunk of "
+     "new tokens must see every cached key, and the new keys up to its own position "
+     "(bottom-right alignment)"),
+    ("mask_removed", {"order": "last", "mask": "none"},
+     "without a mask, a token of a chunk sees the tokens after it in the same chunk: "
+     "keep a causal mask, aligned bottom-right (without a mask the order of the "
+     "cache makes no difference; with one it does)"),
+    ("no_diagonal", {"order": "last", "mask": "no_diagonal"},
+     "each token is denied its own key: the causal mask allows a position to attend "
+     "to itself"),
+])
 
 
 def _chunk_diagnose(case: Case, expected: Any, got: Any) -> str | None:
@@ -334,78 +332,68 @@ def work_cases() -> list[Case]:
             Case(args=(128,), hidden=True), Case(args=(513,), hidden=True)]
 
 
-WORK_MISTAKES = (
-    Mistake("rows_square", _work(uncached_rows=lambda t: t * t),
-            "you counted T tokens at every step; without a cache, step t reads only the t "
-            "tokens there are so far"),
-    Mistake("rows_off_by_one", _work(uncached_rows=lambda t: t * (t - 1) // 2),
-            "step t reads t tokens, <bos> and the t - 1 generated before it: the first step "
-            "already reads one token"),
-    Mistake("rows_bos_extra", _work(uncached_rows=lambda t: t * (t + 3) // 2),
-            "you counted one token too many at every step: step t reads t tokens, <bos> "
-            "included (<bos> and the t - 1 generated before it), not t + 1"),
-    Mistake("rows_cached", _work(uncached_rows=lambda t: t),
-            "that is the count with the cache, one new token a step; without it every step "
-            "feeds the whole prefix again"),
-    Mistake("pairs_square", _work(uncached_pairs=lambda t: t * (t + 1) * (2 * t + 1) // 6),
-            "you counted every query-key pair of a step, t times t; the causal mask lets a "
-            "query see only the keys up to its own position"),
-    Mistake("pairs_bos_extra",
-            _work(uncached_pairs=lambda t: (t + 1) * (t + 2) * (t + 3) // 6 - 1),
-            "you counted one token too many at every step: step t attends among t "
-            "tokens, <bos> included, not t + 1"),
-    Mistake("pairs_no_diagonal", _work(uncached_pairs=lambda t: (t - 1) * t * (t + 1) // 6),
-            "you left out the diagonal: a position attends to itself as well"),
-    Mistake("pairs_last_step_only", _work(uncached_pairs=lambda t: t * (t + 1) // 2),
-            "you counted the pairs of one step; the question asks for all T steps together"),
-    Mistake("cached_one_per_step", _work(cached_pairs=lambda t: t),
-            "with the cache a step still attends to every cached key: its one query meets t "
-            "keys at step t"),
-    Mistake("cached_bos_extra", _work(cached_pairs=lambda t: t * (t + 3) // 2),
-            "with the cache, the query of step t meets t keys, <bos> and its own included, "
-            "not t + 1"),
-    Mistake("cached_no_self", _work(cached_pairs=lambda t: t * (t - 1) // 2),
-            "the new token's own key is in the cache by the time it attends, and it attends "
-            "to itself too"),
-)
+WORK_MISTAKES = mistake_table(_work, [
+    ("rows_square", {"uncached_rows": lambda t: t * t},
+     "you counted T tokens at every step; without a cache, step t reads only the t "
+     "tokens there are so far"),
+    ("rows_off_by_one", {"uncached_rows": lambda t: t * (t - 1) // 2},
+     "step t reads t tokens, <bos> and the t - 1 generated before it: the first step "
+     "already reads one token"),
+    ("rows_bos_extra", {"uncached_rows": lambda t: t * (t + 3) // 2},
+     "you counted one token too many at every step: step t reads t tokens, <bos> "
+     "included (<bos> and the t - 1 generated before it), not t + 1"),
+    ("rows_cached", {"uncached_rows": lambda t: t},
+     "that is the count with the cache, one new token a step; without it every step "
+     "feeds the whole prefix again"),
+    ("pairs_square", {"uncached_pairs": lambda t: t * (t + 1) * (2 * t + 1) // 6},
+     "you counted every query-key pair of a step, t times t; the causal mask lets a "
+     "query see only the keys up to its own position"),
+    ("pairs_bos_extra", {"uncached_pairs": lambda t: (t + 1) * (t + 2) * (t + 3) // 6 - 1},
+     "you counted one token too many at every step: step t attends among t "
+     "tokens, <bos> included, not t + 1"),
+    ("pairs_no_diagonal", {"uncached_pairs": lambda t: (t - 1) * t * (t + 1) // 6},
+     "you left out the diagonal: a position attends to itself as well"),
+    ("pairs_last_step_only", {"uncached_pairs": lambda t: t * (t + 1) // 2},
+     "you counted the pairs of one step; the question asks for all T steps together"),
+    ("cached_one_per_step", {"cached_pairs": lambda t: t},
+     "with the cache a step still attends to every cached key: its one query meets t "
+     "keys at step t"),
+    ("cached_bos_extra", {"cached_pairs": lambda t: t * (t + 3) // 2},
+     "with the cache, the query of step t meets t keys, <bos> and its own included, "
+     "not t + 1"),
+    ("cached_no_self", {"cached_pairs": lambda t: t * (t - 1) // 2},
+     "the new token's own key is in the cache by the time it attends, and it attends "
+     "to itself too"),
+])
 
 
 # --------------------------------------------------------------------------- question 4
-def predict_mqa() -> dict[str, str]:
-    """The reference of question 4: multi-query against multi-head attention, with the same
-    number of query heads and head size."""
-    return {"cache_bytes": "smaller", "query_key_scores": "the same",
-            "projection_parameters": "smaller"}
+# the answer of question 4: multi-query against multi-head attention, with the same number
+# of query heads and head size
+MQA = {"cache_bytes": "smaller", "query_key_scores": "the same",
+       "projection_parameters": "smaller"}
 
-
-_MQA = predict_mqa()
-
-
-def _mqa(key: str, answer: str) -> Callable[[], dict[str, str]]:
-    return lambda: {**_MQA, key: answer}
-
-
-MQA_MISTAKES = (
-    Mistake("cache_same", _mqa("cache_bytes", "the same"),
-            "the cache holds one key and one value per key/value head; with one such head "
-            "instead of eight it is eight times smaller"),
-    Mistake("cache_larger", _mqa("cache_bytes", "larger"),
-            "sharing one key/value head among the query heads stores fewer keys and values, "
-            "not more"),
-    Mistake("scores_smaller", _mqa("query_key_scores", "smaller"),
-            "every query head still compares its query with every key; the heads share the "
-            "keys, they do not skip them, so the attention computes as many scores as before"),
-    Mistake("scores_larger", _mqa("query_key_scores", "larger"),
-            "each query head scores each key once, as in multi-head attention: sharing the "
-            "keys adds no scores"),
-    Mistake("parameters_same", _mqa("projection_parameters", "the same"),
-            "the key and value projections now produce one head's worth of features "
-            "instead of eight, so they hold fewer weights (the query and output projections "
-            "keep theirs)"),
-    Mistake("parameters_larger", _mqa("projection_parameters", "larger"),
-            "the key and value projections shrink to one head's width: fewer weights, not "
-            "more"),
-)
+MQA_WRONG = [
+    ("cache_same", "cache_bytes", "the same",
+     "the cache holds one key and one value per key/value head; with one such head "
+     "instead of eight it is eight times smaller"),
+    ("cache_larger", "cache_bytes", "larger",
+     "sharing one key/value head among the query heads stores fewer keys and values, "
+     "not more"),
+    ("scores_smaller", "query_key_scores", "smaller",
+     "every query head still compares its query with every key; the heads share the "
+     "keys, they do not skip them, so the attention computes as many scores as before"),
+    ("scores_larger", "query_key_scores", "larger",
+     "each query head scores each key once, as in multi-head attention: sharing the "
+     "keys adds no scores"),
+    ("parameters_same", "projection_parameters", "the same",
+     "the key and value projections now produce one head's worth of features "
+     "instead of eight, so they hold fewer weights (the query and output projections "
+     "keep theirs)"),
+    ("parameters_larger", "projection_parameters", "larger",
+     "the key and value projections shrink to one head's width: fewer weights, not "
+     "more"),
+]
 
 
 # --------------------------------------------------------------------------- question 5
@@ -437,38 +425,42 @@ def _per_head(layers, head_dim, number, tokens):
 
 
 HEAD_MISTAKES = (
-    Mistake("no_two", _heads(lambda L, d, b, t: L * d * b * t),
-            "you counted one tensor per layer and head; the cache keeps a key and a value "
-            "for every token, two numbers per dimension of a head"),
-    Mistake("no_layers", _heads(lambda L, d, b, t: 2 * d * b * t),
-            "you counted one layer; every layer of the decoder keeps its own keys and "
-            "values"),
-    Mistake("no_head_dim", _heads(lambda L, d, b, t: 2 * L * b * t),
-            "you counted one number per key and per value; a key and a value each have "
-            "one number per dimension of a head"),
-    Mistake("no_bytes_per_number", _heads(lambda L, d, b, t: 2 * L * d * t),
-            "you counted numbers, not bytes: every number of the cache takes the given "
-            "bytes per number"),
+    *mistake_table(_heads, [
+        ("no_two", {"per_head": lambda L, d, b, t: L * d * b * t},
+         "you counted one tensor per layer and head; the cache keeps a key and a value "
+         "for every token, two numbers per dimension of a head"),
+        ("no_layers", {"per_head": lambda L, d, b, t: 2 * d * b * t},
+         "you counted one layer; every layer of the decoder keeps its own keys and "
+         "values"),
+        ("no_head_dim", {"per_head": lambda L, d, b, t: 2 * L * b * t},
+         "you counted one number per key and per value; a key and a value each have "
+         "one number per dimension of a head"),
+        ("no_bytes_per_number", {"per_head": lambda L, d, b, t: 2 * L * d * t},
+         "you counted numbers, not bytes: every number of the cache takes the given "
+         "bytes per number"),
+    ]),
     Mistake("per_query_head",
             lambda L, H, d, b, t, budget: _heads(
                 lambda L_, d_, b_, t_: H * _per_head(L_, d_, b_, t_))(L, H, d, b, t, budget),
             "you counted the cache once per query head as well; the keys and values are "
             "stored per key/value head only, the number you are choosing, whatever the "
             "number of query heads sharing them"),
-    Mistake("not_a_divisor", _heads(_per_head, divisor=False),
-            "your number of key/value heads does not divide the number of query heads: "
-            "each key/value head serves a group of the same size, so only divisors work"),
-    Mistake("bits", _heads(lambda L, d, b, t: 8 * _per_head(L, d, b, t)),
-            "you counted bits; the budget and the size of a number are in bytes"),
-    Mistake("strict", _heads(_per_head, strict=True),
-            "a cache that fills the budget exactly still fits: at most the budget, not "
-            "strictly below it"),
-    Mistake("smallest", _heads(_per_head, pick=min),
-            "you returned the smallest number that fits; the question asks for the largest, "
-            "which loses the least accuracy"),
-    Mistake("one_when_nothing_fits", _heads(_per_head, none_fits=1),
-            "when even one key/value head does not fit, no number of heads works: the answer "
-            "is 0"),
+    *mistake_table(_heads, [
+        ("not_a_divisor", {"per_head": _per_head, "divisor": False},
+         "your number of key/value heads does not divide the number of query heads: "
+         "each key/value head serves a group of the same size, so only divisors work"),
+        ("bits", {"per_head": lambda L, d, b, t: 8 * _per_head(L, d, b, t)},
+         "you counted bits; the budget and the size of a number are in bytes"),
+        ("strict", {"per_head": _per_head, "strict": True},
+         "a cache that fills the budget exactly still fits: at most the budget, not "
+         "strictly below it"),
+        ("smallest", {"per_head": _per_head, "pick": min},
+         "you returned the smallest number that fits; the question asks for the largest, "
+         "which loses the least accuracy"),
+        ("one_when_nothing_fits", {"per_head": _per_head, "none_fits": 1},
+         "when even one key/value head does not fit, no number of heads works: the answer "
+         "is 0"),
+    ]),
 )
 
 
@@ -599,45 +591,43 @@ def steep_table(g: torch.Generator, vocab: int, beam: int) -> tuple[Tensor, Tens
     return _table(g, first, peaks)
 
 
-def beam_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(906)
-    cases = []
-    for vocab, beam, make, hidden in [
-        (4, 2, trap_table, False), (5, 1, trap_table, False), (6, 3, far_trap_table, False),
-        (5, 5, trap_table, True), (7, 2, steep_table, True), (6, 4, trap_table, True),
-        (8, 3, steep_table, True), (7, 2, far_trap_table, True),
-    ]:
-        cases.append(Case(args=(*make(g, vocab, beam), beam),
-                          label=f"{vocab} tokens, beam {beam}", hidden=hidden))
-    return cases
+def _beam_case(g: torch.Generator, vocab: int, beam: int, make: Callable[..., tuple]) -> Case:
+    return Case(args=(*make(g, vocab, beam), beam), label=f"{vocab} tokens, beam {beam}")
 
 
-BEAM_MISTAKES = (
-    Mistake("greedy", _beam_variant(lambda p, k: _top(p, 1)),
-            "that is greedy decoding, one hypothesis whatever the beam size: keep the "
-            "beam_size most likely first tokens and extend each of them"),
-    Mistake("exhaustive", _beam_variant(lambda p, k: _top(p, p.shape[0])),
-            "you searched every first token, as if the beam were as wide as the "
-            "vocabulary; a beam keeps only the beam_size most likely first tokens, so it can "
-            "miss the best output"),
-    Mistake("one_too_many", _beam_variant(lambda p, k: _top(p, k + 1)),
-            "you kept one first token more than the beam size"),
-    Mistake("one_too_few", _beam_variant(lambda p, k: _top(p, k - 1)),
-            "you kept one first token fewer than the beam size"),
-    Mistake("second_step_alone", _beam_variant(_top, combine=lambda a, b: b + 0 * a),
-            "you ranked the extensions by the second token's log-probability alone; a "
-            "hypothesis is scored by the sum of the log-probabilities of all its tokens"),
-    Mistake("multiplied_logs", _beam_variant(_top, combine=torch.mul, report=torch.mul),
-            "you multiplied log-probabilities; the log of a product of probabilities is the "
-            "sum of their logs"),
-    Mistake("averaged", _beam_variant(_top, report=lambda a, b: (a + b) / 2),
-            "your tokens are right, but you gave back the mean of the two tokens' "
-            "log-probabilities; the output's log-probability is their sum"),
-    Mistake("reported_second_only",
-            _beam_variant(_top, report=lambda a, b: b),
-            "your tokens are right, but the log-probability you give back is the second "
-            "token's alone: the output's log-probability adds both tokens'"),
-)
+beam_cases = drawn_cases(906, _beam_case, visible=[
+    (4, 2, trap_table), (5, 1, trap_table), (6, 3, far_trap_table),
+], hidden=[
+    (5, 5, trap_table), (7, 2, steep_table), (6, 4, trap_table), (8, 3, steep_table),
+    (7, 2, far_trap_table),
+])
+
+
+BEAM_MISTAKES = mistake_table(_beam_variant, [
+    ("greedy", {"keep": lambda p, k: _top(p, 1)},
+     "that is greedy decoding, one hypothesis whatever the beam size: keep the "
+     "beam_size most likely first tokens and extend each of them"),
+    ("exhaustive", {"keep": lambda p, k: _top(p, p.shape[0])},
+     "you searched every first token, as if the beam were as wide as the "
+     "vocabulary; a beam keeps only the beam_size most likely first tokens, so it can "
+     "miss the best output"),
+    ("one_too_many", {"keep": lambda p, k: _top(p, k + 1)},
+     "you kept one first token more than the beam size"),
+    ("one_too_few", {"keep": lambda p, k: _top(p, k - 1)},
+     "you kept one first token fewer than the beam size"),
+    ("second_step_alone", {"keep": _top, "combine": lambda a, b: b + 0 * a},
+     "you ranked the extensions by the second token's log-probability alone; a "
+     "hypothesis is scored by the sum of the log-probabilities of all its tokens"),
+    ("multiplied_logs", {"keep": _top, "combine": torch.mul, "report": torch.mul},
+     "you multiplied log-probabilities; the log of a product of probabilities is the "
+     "sum of their logs"),
+    ("averaged", {"keep": _top, "report": lambda a, b: (a + b) / 2},
+     "your tokens are right, but you gave back the mean of the two tokens' "
+     "log-probabilities; the output's log-probability is their sum"),
+    ("reported_second_only", {"keep": _top, "report": lambda a, b: b},
+     "your tokens are right, but the log-probability you give back is the second "
+     "token's alone: the output's log-probability adds both tokens'"),
+])
 
 
 # --------------------------------------------------------------------------- the exercise
@@ -698,17 +688,14 @@ EXERCISE = Exercise(
                   "count for one step, then add the steps from 1 to T."),
             section=MEASURED,
         ),
-        Question(
+        prediction(
             id="q4_predict_mqa",
             symbol="predict_mqa",
             title="What does multi-query attention change?",
-            kind="predict",
             points=3,
-            reference=predict_mqa,
-            cases=lambda: [Case()],
-            parts={"cache_bytes": 1, "query_key_scores": 1, "projection_parameters": 1},
+            answer=MQA,
             choices=("smaller", "the same", "larger"),
-            mistakes=MQA_MISTAKES,
+            wrong=MQA_WRONG,
             hint=("Multi-query attention keeps every query head and shares one key head and "
                   "one value head among them. Ask of each quantity whether it counts query "
                   "heads or key/value heads."),

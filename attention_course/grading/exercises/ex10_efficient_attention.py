@@ -23,6 +23,7 @@ import torch
 
 from attention_course import efficient, positions
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.grading.tables import mistake_table, prediction
 
 MINUS_INF = float("-inf")
 
@@ -107,39 +108,44 @@ def _nan_for_empty(state_a, state_b):
 
 
 MERGE_MISTAKES = (
-    Mistake("no_rescale", _merged(lambda m_x, m: torch.ones_like(m_x),
-                                  lambda m_x, m: torch.ones_like(m_x)),
-            "you added the two sums and the two accumulators as they are: each was taken "
-            "relative to its own maximum, so first bring both to the common (larger) "
-            "maximum, each multiplied by the exponential of its own maximum minus that one"),
-    Mistake("only_a_rescaled", _merged(_safe_factor, lambda m_x, m: torch.ones_like(m_x)),
-            "only the first state is brought to the new maximum: that is the chapter's "
-            "update, where the new block's exponentials are already taken relative to the "
-            "new maximum. Here the second state has its own maximum too and needs the same "
-            "rescaling"),
-    Mistake("inverted", _merged(lambda m_x, m: torch.exp(m - m_x).nan_to_num(posinf=0.0),
-                                lambda m_x, m: torch.exp(m - m_x).nan_to_num(posinf=0.0)),
-            "your rescaling factors are upside down: the state with the smaller maximum "
-            "must be multiplied by a number below 1 (the exponential of its maximum minus "
-            "the new one), not above 1"),
-    Mistake("first_maximum_kept",
-            _merged(lambda m_x, m: torch.ones_like(m_x),
-                    lambda m_x, m: torch.exp(m_x - m).nan_to_num(nan=0.0),
-                    row_max=lambda m_a, m_b: torch.where(m_a == MINUS_INF, m_b, m_a)),
-            "you kept the first state's maximum and measured the second against it: the "
-            "ratio of accumulator to sum is right, but the state's maximum must be the "
-            "larger of the two, or the exponentials overflow when the second part's scores "
-            "are much larger"),
-    Mistake("absolute_factors", _merged(lambda m_x, m: torch.exp(m_x),
-                                        lambda m_x, m: torch.exp(m_x)),
-            "you multiplied each state by the exponential of its own maximum alone: that "
-            "undoes the subtraction of the maximum (the sum becomes the plain sum of the "
-            "exponentials, which overflows for large scores); the merged state is relative "
-            "to the common maximum, so use the exponential of each maximum minus that one"),
-    Mistake("normalised", _merged(_safe_factor, _safe_factor, normalise=True),
-            "your accumulator is already divided by the sum: the state keeps the output "
-            "NOT yet divided, so that later blocks can still be added; divide only once, "
-            "after the last block"),
+    *mistake_table(_merged, [
+        ("no_rescale",
+         {"factor_a": lambda m_x, m: torch.ones_like(m_x),
+          "factor_b": lambda m_x, m: torch.ones_like(m_x)},
+         "you added the two sums and the two accumulators as they are: each was taken "
+         "relative to its own maximum, so first bring both to the common (larger) "
+         "maximum, each multiplied by the exponential of its own maximum minus that one"),
+        ("only_a_rescaled",
+         {"factor_a": _safe_factor, "factor_b": lambda m_x, m: torch.ones_like(m_x)},
+         "only the first state is brought to the new maximum: that is the chapter's "
+         "update, where the new block's exponentials are already taken relative to the "
+         "new maximum. Here the second state has its own maximum too and needs the same "
+         "rescaling"),
+        ("inverted",
+         {"factor_a": lambda m_x, m: torch.exp(m - m_x).nan_to_num(posinf=0.0),
+          "factor_b": lambda m_x, m: torch.exp(m - m_x).nan_to_num(posinf=0.0)},
+         "your rescaling factors are upside down: the state with the smaller maximum "
+         "must be multiplied by a number below 1 (the exponential of its maximum minus "
+         "the new one), not above 1"),
+        ("first_maximum_kept",
+         {"factor_a": lambda m_x, m: torch.ones_like(m_x),
+          "factor_b": lambda m_x, m: torch.exp(m_x - m).nan_to_num(nan=0.0),
+          "row_max": lambda m_a, m_b: torch.where(m_a == MINUS_INF, m_b, m_a)},
+         "you kept the first state's maximum and measured the second against it: the "
+         "ratio of accumulator to sum is right, but the state's maximum must be the "
+         "larger of the two, or the exponentials overflow when the second part's scores "
+         "are much larger"),
+        ("absolute_factors",
+         {"factor_a": lambda m_x, m: torch.exp(m_x), "factor_b": lambda m_x, m: torch.exp(m_x)},
+         "you multiplied each state by the exponential of its own maximum alone: that "
+         "undoes the subtraction of the maximum (the sum becomes the plain sum of the "
+         "exponentials, which overflows for large scores); the merged state is relative "
+         "to the common maximum, so use the exponential of each maximum minus that one"),
+        ("normalised", {"factor_a": _safe_factor, "factor_b": _safe_factor, "normalise": True},
+         "your accumulator is already divided by the sum: the state keeps the output "
+         "NOT yet divided, so that later blocks can still be added; divide only once, "
+         "after the last block"),
+    ]),
     Mistake("nan_for_empty", _nan_for_empty,
             "a row that neither state has seen (both maxima minus infinity) came out NaN: "
             "minus infinity minus minus infinity is not a number. Such a row must keep "
@@ -216,47 +222,49 @@ def block_cases() -> list[Case]:
 
 
 BLOCK_MISTAKES = (
-    Mistake("block_softmax", _block_variant(probs="block_softmax"),
-            "your weights are a softmax over this block's keys alone: the row's softmax runs "
-            "over all of its keys, and the saved log-sum-exp is what brings that whole-row "
-            "normaliser into one block (each weight is the exponential of its score minus "
-            "the row's log-sum-exp)"),
-    Mistake("no_lse", _block_variant(probs="no_lse"),
-            "your weights are the exponentials of the scores, never normalised: subtract "
-            "the row's saved log-sum-exp from each score before exponentiating"),
-    Mistake("unscaled_scores", _block_variant(probs="unscaled"),
-            "your recomputed weights use scores that were not multiplied by the scale: the "
-            "log-sum-exp was taken over the scaled scores, so scale them first"),
-    Mistake("lse_scaled", _block_variant(probs="lse_scaled"),
-            "you multiplied the saved log-sum-exp by the scale too: it was taken over the "
-            "scaled scores already, so subtract it as it is from the scaled scores"),
-    Mistake("delta_not_weighted", _block_variant(delta_weighted=False),
-            "you subtracted D outside the product with the weight: the gradient of a score "
-            "is the weight times (the weight's gradient minus D), so D is multiplied by "
-            "the weight as well"),
-    Mistake("delta_from_block", _block_variant(delta="block"),
-            "you computed D from this block's weights alone: D sums over the whole row of "
-            "the weights, which one block does not have. It equals the dot product of each "
-            "row of the output with the same row of its gradient"),
-    Mistake("no_delta", _block_variant(delta="none"),
-            "the gradient of the scores is missing the subtracted term: through a softmax "
-            "it is the weight times (its gradient minus D), where D is the weighted mean of "
-            "the weights' gradients along the row"),
-    Mistake("delta_sum_of_grad_probs", _block_variant(delta="grad_probs"),
-            "your D is the plain sum of the weights' gradients over the block: D is a "
-            "weighted sum over the whole row, which equals the output dotted with its "
-            "gradient, row by row"),
-    Mistake("query_unscaled", _block_variant(query_scale=0),
-            "the gradient of the queries is missing the scale: the scores are the scale "
-            "times the products of queries and keys, so each of their gradients carries "
-            "the scale once"),
-    Mistake("key_unscaled", _block_variant(key_scale=0),
-            "the gradient of the keys is missing the scale: the scores are the scale times "
-            "the products of queries and keys, so each of their gradients carries the "
-            "scale once"),
-    Mistake("scaled_twice", _block_variant(query_scale=2, key_scale=2),
-            "the gradients of the queries and keys carry the scale twice: once is right, "
-            "from the scores being the scale times the products of queries and keys"),
+    *mistake_table(_block_variant, [
+        ("block_softmax", {"probs": "block_softmax"},
+         "your weights are a softmax over this block's keys alone: the row's softmax runs "
+         "over all of its keys, and the saved log-sum-exp is what brings that whole-row "
+         "normaliser into one block (each weight is the exponential of its score minus "
+         "the row's log-sum-exp)"),
+        ("no_lse", {"probs": "no_lse"},
+         "your weights are the exponentials of the scores, never normalised: subtract "
+         "the row's saved log-sum-exp from each score before exponentiating"),
+        ("unscaled_scores", {"probs": "unscaled"},
+         "your recomputed weights use scores that were not multiplied by the scale: the "
+         "log-sum-exp was taken over the scaled scores, so scale them first"),
+        ("lse_scaled", {"probs": "lse_scaled"},
+         "you multiplied the saved log-sum-exp by the scale too: it was taken over the "
+         "scaled scores already, so subtract it as it is from the scaled scores"),
+        ("delta_not_weighted", {"delta_weighted": False},
+         "you subtracted D outside the product with the weight: the gradient of a score "
+         "is the weight times (the weight's gradient minus D), so D is multiplied by "
+         "the weight as well"),
+        ("delta_from_block", {"delta": "block"},
+         "you computed D from this block's weights alone: D sums over the whole row of "
+         "the weights, which one block does not have. It equals the dot product of each "
+         "row of the output with the same row of its gradient"),
+        ("no_delta", {"delta": "none"},
+         "the gradient of the scores is missing the subtracted term: through a softmax "
+         "it is the weight times (its gradient minus D), where D is the weighted mean of "
+         "the weights' gradients along the row"),
+        ("delta_sum_of_grad_probs", {"delta": "grad_probs"},
+         "your D is the plain sum of the weights' gradients over the block: D is a "
+         "weighted sum over the whole row, which equals the output dotted with its "
+         "gradient, row by row"),
+        ("query_unscaled", {"query_scale": 0},
+         "the gradient of the queries is missing the scale: the scores are the scale "
+         "times the products of queries and keys, so each of their gradients carries "
+         "the scale once"),
+        ("key_unscaled", {"key_scale": 0},
+         "the gradient of the keys is missing the scale: the scores are the scale times "
+         "the products of queries and keys, so each of their gradients carries the "
+         "scale once"),
+        ("scaled_twice", {"query_scale": 2, "key_scale": 2},
+         "the gradients of the queries and keys carry the scale twice: once is right, "
+         "from the scores being the scale times the products of queries and keys"),
+    ]),
     Mistake("value_from_output", lambda q, k, v, grad_out, out, lse, scale: {
         **block_backward(q, k, v, grad_out, out, lse, scale),
         "grad_value": torch.exp(scale * q @ k.transpose(-1, -2) - lse[..., None]
@@ -306,44 +314,42 @@ def count_cases() -> list[Case]:
     ]
 
 
-COUNT_MISTAKES = (
-    Mistake("only_allowed", _counting(computed=lambda n, b: n * (n + 1) // 2),
-            "you counted only the scores the causal mask allows: the blocks on the "
-            "diagonal are computed in full, for every row from the block's first key "
-            "down, and their part above the diagonal is then masked"),
-    Mistake("no_skipping", _counting(computed=lambda n, b: n * n),
-            "you counted every score: with the causal mask a block of keys is computed only "
-            "for the rows at or below its first key; the rows above it are skipped"),
-    Mistake("last_block_dropped",
-            _counting(computed=lambda n, b: sum(b * (n - start)
-                                                for start in range(0, n - b + 1, b))),
-            "you left out the last, shorter block of keys: when the block size does not "
-            "divide n, the keys that are left form one more block, computed like the others"),
-    Mistake("masked_as_skipped",
-            _counting(per_block=lambda n, b, start, stop: (stop - start) * (n - start),
-                      masked=lambda n, total: n * n - total),
-            "your masked count is the number of scores skipped, never computed; the "
-            "question asks how many of the computed scores the mask then hides: those "
-            "computed minus the pairs the causal mask allows"),
-    Mistake("last_block_full",
-            _counting(per_block=lambda n, b, start, stop: b * (n - start)),
-            "you counted the last block of keys as a full block: when the block size does "
-            "not divide n, the last block holds only the keys that are left"),
-    Mistake("rows_below_the_block",
-            _counting(per_block=lambda n, b, start, stop: (stop - start) * (n - stop)),
-            "you left out the rows of the diagonal block itself: a block of keys starting "
-            "at key j is computed for every row from row j on, its own rows included"),
-    Mistake("rows_from_block_end",
-            _counting(per_block=lambda n, b, start, stop: (stop - start) * (n - stop + 1)),
-            "you start each block's rows at its last key: the chapter's pass computes a "
-            "block for every row from its FIRST key on, since those rows see some of its "
-            "keys"),
-    Mistake("diagonal_masked",
-            _counting(per_block=lambda n, b, start, stop: (stop - start) * (n - start),
-                      allowed=lambda n: n * (n - 1) // 2),
-            "you counted the diagonal as masked: a query may attend to its own position, "
-            "so of the computed scores only those strictly above the diagonal are masked"),
-)
+COUNT_MISTAKES = mistake_table(_counting, [
+    ("only_allowed", {"computed": lambda n, b: n * (n + 1) // 2},
+     "you counted only the scores the causal mask allows: the blocks on the "
+     "diagonal are computed in full, for every row from the block's first key "
+     "down, and their part above the diagonal is then masked"),
+    ("no_skipping", {"computed": lambda n, b: n * n},
+     "you counted every score: with the causal mask a block of keys is computed only "
+     "for the rows at or below its first key; the rows above it are skipped"),
+    ("last_block_dropped",
+     {"computed": lambda n, b: sum(b * (n - start)
+                                                for start in range(0, n - b + 1, b))},
+     "you left out the last, shorter block of keys: when the block size does not "
+     "divide n, the keys that are left form one more block, computed like the others"),
+    ("masked_as_skipped",
+     {"per_block": lambda n, b, start, stop: (stop - start) * (n - start),
+      "masked": lambda n, total: n * n - total},
+     "your masked count is the number of scores skipped, never computed; the "
+     "question asks how many of the computed scores the mask then hides: those "
+     "computed minus the pairs the causal mask allows"),
+    ("last_block_full", {"per_block": lambda n, b, start, stop: b * (n - start)},
+     "you counted the last block of keys as a full block: when the block size does "
+     "not divide n, the last block holds only the keys that are left"),
+    ("rows_below_the_block", {"per_block": lambda n, b, start, stop: (stop - start) * (n - stop)},
+     "you left out the rows of the diagonal block itself: a block of keys starting "
+     "at key j is computed for every row from row j on, its own rows included"),
+    ("rows_from_block_end",
+     {"per_block": lambda n, b, start, stop: (stop - start) * (n - stop + 1)},
+     "you start each block's rows at its last key: the chapter's pass computes a "
+     "block for every row from its FIRST key on, since those rows see some of its "
+     "keys"),
+    ("diagonal_masked",
+     {"per_block": lambda n, b, start, stop: (stop - start) * (n - start),
+      "allowed": lambda n: n * (n - 1) // 2},
+     "you counted the diagonal as masked: a query may attend to its own position, "
+     "so of the computed scores only those strictly above the diagonal are masked"),
+])
 
 
 # --------------------------------------------------------------------------- question 4
@@ -351,43 +357,34 @@ GROWTH_CHOICES = ("about 1x", "about 2x", "about 4x", "about 8x")
 GROWTH = {"explicit": "about 4x", "blockwise": "about 2x", "fused": "about 2x"}
 
 
-def predict_memory_growth() -> dict[str, str]:
-    """The reference of question 4."""
-    return dict(GROWTH)
-
-
-def _growth(key: str, choice: str) -> Callable[[], dict[str, str]]:
-    return lambda: {**GROWTH, key: choice}
-
-
-GROWTH_MISTAKES = (
-    Mistake("explicit_linear", _growth("explicit", "about 2x"),
-            "the explicit path: it holds N by N matrices (the scores, the weights kept for "
-            "the backward pass, their gradients), and an N by N matrix grows fourfold when "
-            "N doubles"),
-    Mistake("explicit_constant", _growth("explicit", "about 1x"),
-            "the explicit path: its memory is not fixed; it holds N by N matrices, which "
-            "grow with the square of N"),
-    Mistake("explicit_cubic", _growth("explicit", "about 8x"),
-            "the explicit path: its largest tensors are N by N, so its memory grows with "
-            "the square of N, not faster; eightfold would take something of size N cubed"),
-    Mistake("blockwise_quadratic", _growth("blockwise", "about 4x"),
-            "the blockwise path: it never holds more than one block of N by block-size "
-            "scores, besides tensors of size N by d, and all of those grow linearly in N"),
-    Mistake("blockwise_constant", _growth("blockwise", "about 1x"),
-            "the blockwise path: one block of scores is N by block-size, and the inputs, "
-            "the output and the gradients are N by d: they all grow with N, linearly"),
-    Mistake("blockwise_cubic", _growth("blockwise", "about 8x"),
-            "the blockwise path: nothing it holds is even N by N; eightfold is far too much"),
-    Mistake("fused_quadratic", _growth("fused", "about 4x"),
-            "the fused kernel: like the blockwise path, it keeps a tile of scores at a time "
-            "and saves the log-sum-exp, not the weights, so its memory grows linearly"),
-    Mistake("fused_constant", _growth("fused", "about 1x"),
-            "the fused kernel: its inputs, output and gradients alone are N by d and "
-            "double with N"),
-    Mistake("fused_cubic", _growth("fused", "about 8x"),
-            "the fused kernel: it holds nothing of size N by N, let alone more"),
-)
+GROWTH_WRONG = [
+    ("explicit_linear", "explicit", "about 2x",
+     "the explicit path: it holds N by N matrices (the scores, the weights kept for "
+     "the backward pass, their gradients), and an N by N matrix grows fourfold when "
+     "N doubles"),
+    ("explicit_constant", "explicit", "about 1x",
+     "the explicit path: its memory is not fixed; it holds N by N matrices, which "
+     "grow with the square of N"),
+    ("explicit_cubic", "explicit", "about 8x",
+     "the explicit path: its largest tensors are N by N, so its memory grows with "
+     "the square of N, not faster; eightfold would take something of size N cubed"),
+    ("blockwise_quadratic", "blockwise", "about 4x",
+     "the blockwise path: it never holds more than one block of N by block-size "
+     "scores, besides tensors of size N by d, and all of those grow linearly in N"),
+    ("blockwise_constant", "blockwise", "about 1x",
+     "the blockwise path: one block of scores is N by block-size, and the inputs, "
+     "the output and the gradients are N by d: they all grow with N, linearly"),
+    ("blockwise_cubic", "blockwise", "about 8x",
+     "the blockwise path: nothing it holds is even N by N; eightfold is far too much"),
+    ("fused_quadratic", "fused", "about 4x",
+     "the fused kernel: like the blockwise path, it keeps a tile of scores at a time "
+     "and saves the log-sum-exp, not the weights, so its memory grows linearly"),
+    ("fused_constant", "fused", "about 1x",
+     "the fused kernel: its inputs, output and gradients alone are N by d and "
+     "double with N"),
+    ("fused_cubic", "fused", "about 8x",
+     "the fused kernel: it holds nothing of size N by N, let alone more"),
+]
 
 
 # --------------------------------------------------------------------------- question 5
@@ -503,50 +500,50 @@ def window_cases() -> list[Case]:
     ]
 
 
-WINDOW_MISTAKES = (
-    Mistake("reference_not_causal", _window_variant(causal_reference=False),
-            "you compared with attention that also sees the later keys: a sliding window "
-            "is a causal mask narrowed further, so the exact attention to compare with is "
-            "the causal one (the error of the widest window, which covers every earlier "
-            "key, must be 0)"),
-    Mistake("one_key_too_many", _window_variant(mask=_band(1, 0)),
-            "your window holds one key too many: with window w, query i sees itself and "
-            "the w - 1 keys before it, from position i - w + 1 on"),
-    Mistake("itself_excluded", _window_variant(mask=_band(0, 1)),
-            "your window leaves out the query's own position: query i sees keys from "
-            "i - w + 1 up to and including i"),
-    Mistake("absolute_error", _window_variant(norm="none"),
-            "your errors are not relative: divide the norm of the difference by the norm "
-            "of the exact output"),
-    Mistake("relative_to_window", _window_variant(norm="approx"),
-            "your errors are divided by the norm of the window's output: divide by the "
-            "norm of the exact output, the one you compare with"),
-    Mistake("squared_error", _window_variant(norm="squared"),
-            "your errors are the square of the relative error: the norm of the difference "
-            "over the norm of the exact output, without squaring"),
-    Mistake("mean_of_rows", _window_variant(norm="per_row"),
-            "you averaged the relative errors of the rows, each against its own norm; the "
-            "error asked for is one ratio for the whole output: the norm of the whole "
-            "difference over the norm of the whole exact output"),
-    Mistake("mean_squared", _window_variant(norm="mse"),
-            "your errors are the mean of the squared differences: the question asks for "
-            "the relative error, the norm of the difference over the norm of the exact "
-            "output"),
-    Mistake("window_inverted", _window_variant(invert=True),
-            "your window's mask is the wrong way round: True must mark the keys a query "
-            "may see (its w most recent ones, itself included), and yours marks the "
-            "others"),
-    Mistake("position_not_window", _window_variant(pick="position"),
-            "you gave back where the smallest window stands in the list of windows, not "
-            "the window itself (its number of keys)"),
-    Mistake("mask_of_numbers", _window_variant(numbers=True),
-            "your window's mask is made of numbers, not True and False: attention adds a "
-            "mask of numbers to the scores (1 for the keys in the window, 0 elsewhere), so "
-            "nothing is masked out. Build the mask as booleans"),
-    Mistake("largest_failing", _window_variant(pick="largest_failing"),
-            "you returned the largest window whose error is still at least 0.1: the "
-            "question asks for the smallest window whose error is below it"),
-)
+WINDOW_MISTAKES = mistake_table(_window_variant, [
+    ("reference_not_causal", {"causal_reference": False},
+     "you compared with attention that also sees the later keys: a sliding window "
+     "is a causal mask narrowed further, so the exact attention to compare with is "
+     "the causal one (the error of the widest window, which covers every earlier "
+     "key, must be 0)"),
+    ("one_key_too_many", {"mask": _band(1, 0)},
+     "your window holds one key too many: with window w, query i sees itself and "
+     "the w - 1 keys before it, from position i - w + 1 on"),
+    ("itself_excluded", {"mask": _band(0, 1)},
+     "your window leaves out the query's own position: query i sees keys from "
+     "i - w + 1 up to and including i"),
+    ("absolute_error", {"norm": "none"},
+     "your errors are not relative: divide the norm of the difference by the norm "
+     "of the exact output"),
+    ("relative_to_window", {"norm": "approx"},
+     "your errors are divided by the norm of the window's output: divide by the "
+     "norm of the exact output, the one you compare with"),
+    ("squared_error", {"norm": "squared"},
+     "your errors are the square of the relative error: the norm of the difference "
+     "over the norm of the exact output, without squaring"),
+    ("mean_of_rows", {"norm": "per_row"},
+     "you averaged the relative errors of the rows, each against its own norm; the "
+     "error asked for is one ratio for the whole output: the norm of the whole "
+     "difference over the norm of the whole exact output"),
+    ("mean_squared", {"norm": "mse"},
+     "your errors are the mean of the squared differences: the question asks for "
+     "the relative error, the norm of the difference over the norm of the exact "
+     "output"),
+    ("window_inverted", {"invert": True},
+     "your window's mask is the wrong way round: True must mark the keys a query "
+     "may see (its w most recent ones, itself included), and yours marks the "
+     "others"),
+    ("position_not_window", {"pick": "position"},
+     "you gave back where the smallest window stands in the list of windows, not "
+     "the window itself (its number of keys)"),
+    ("mask_of_numbers", {"numbers": True},
+     "your window's mask is made of numbers, not True and False: attention adds a "
+     "mask of numbers to the scores (1 for the keys in the window, 0 elsewhere), so "
+     "nothing is masked out. Build the mask as booleans"),
+    ("largest_failing", {"pick": "largest_failing"},
+     "you returned the largest window whose error is still at least 0.1: the "
+     "question asks for the smallest window whose error is below it"),
+])
 
 
 # --------------------------------------------------------------------------- question 6
@@ -612,30 +609,31 @@ def blockwise_cases() -> list[Case]:
     ]
 
 
-BLOCKWISE_MISTAKES = (
-    Mistake("starter", _broken(False, True, False),
-            "both bugs of the given code are still there: the running sum is not rescaled "
-            "when a row's maximum grows, and the last block of keys is dropped when the "
-            "block size does not divide the number of keys"),
-    Mistake("sum_not_rescaled", _broken(False, True, True),
-            "the running sum is still not rescaled when a row's maximum grows: the sum of "
-            "the earlier blocks was taken relative to the old maximum and must be "
-            "multiplied by the same factor as the accumulator. The bug hides when every "
-            "row's largest score is in the first block"),
-    Mistake("last_block_dropped", _broken(True, True, False),
-            "the last, shorter block of keys is still left out when the block size does "
-            "not divide the number of keys: the loop must run up to the last key"),
-    Mistake("acc_not_rescaled", _broken(True, False, True),
-            "now the running sum is rescaled but the accumulator is not: both were taken "
-            "relative to the old maximum, so both need the factor"),
-    Mistake("nothing_rescaled", _broken(False, False, True),
-            "neither the running sum nor the accumulator is rescaled when a row's maximum "
-            "grows: both were taken relative to the old maximum and need the factor"),
-    Mistake("rescale_inverted", _broken(True, True, True, inverted=True),
-            "your rescaling factor is upside down: when the maximum grows, what was summed "
-            "relative to the old maximum shrinks by the exponential of the old maximum "
-            "minus the new one, a number below 1"),
-)
+BLOCKWISE_MISTAKES = mistake_table(_broken, [
+    ("starter", {"rescale_sum": False, "rescale_acc": True, "last_block": False},
+     "both bugs of the given code are still there: the running sum is not rescaled "
+     "when a row's maximum grows, and the last block of keys is dropped when the "
+     "block size does not divide the number of keys"),
+    ("sum_not_rescaled", {"rescale_sum": False, "rescale_acc": True, "last_block": True},
+     "the running sum is still not rescaled when a row's maximum grows: the sum of "
+     "the earlier blocks was taken relative to the old maximum and must be "
+     "multiplied by the same factor as the accumulator. The bug hides when every "
+     "row's largest score is in the first block"),
+    ("last_block_dropped", {"rescale_sum": True, "rescale_acc": True, "last_block": False},
+     "the last, shorter block of keys is still left out when the block size does "
+     "not divide the number of keys: the loop must run up to the last key"),
+    ("acc_not_rescaled", {"rescale_sum": True, "rescale_acc": False, "last_block": True},
+     "now the running sum is rescaled but the accumulator is not: both were taken "
+     "relative to the old maximum, so both need the factor"),
+    ("nothing_rescaled", {"rescale_sum": False, "rescale_acc": False, "last_block": True},
+     "neither the running sum nor the accumulator is rescaled when a row's maximum "
+     "grows: both were taken relative to the old maximum and need the factor"),
+    ("rescale_inverted",
+     {"rescale_sum": True, "rescale_acc": True, "last_block": True, "inverted": True},
+     "your rescaling factor is upside down: when the maximum grows, what was summed "
+     "relative to the old maximum shrinks by the exponential of the old maximum "
+     "minus the new one, a number below 1"),
+])
 
 
 # --------------------------------------------------------------------------- exercise
@@ -699,17 +697,14 @@ EXERCISE = Exercise(
                   "number of (query, key) pairs the causal mask allows."),
             section=SECTION_TILING,
         ),
-        Question(
+        prediction(
             id="q4_predict_memory",
             symbol="predict_memory_growth",
             title="Predict: how peak memory grows when N doubles",
-            kind="predict",
             points=3,
-            reference=predict_memory_growth,
-            cases=lambda: [Case()],
-            parts={"explicit": 1, "blockwise": 1, "fused": 1},
+            answer=GROWTH,
             choices=GROWTH_CHOICES,
-            mistakes=GROWTH_MISTAKES,
+            wrong=GROWTH_WRONG,
             hint=("For each path, find the largest tensor it holds during a forward and "
                   "backward pass, and how its size depends on N."),
             section=SECTION_MEASURED,
