@@ -11,6 +11,7 @@ line changed go through the real grader.
 from __future__ import annotations
 
 import functools
+import json
 import math
 
 import pytest
@@ -25,6 +26,7 @@ from grading_helpers import (
     replace_in_solution,
 )
 
+from attention_course.device import seed_everything
 from attention_course.grading import get_exercise
 
 EXERCISE = "09_decoding"
@@ -428,6 +430,48 @@ def test_a_one_token_chunk_hides_the_order_bug():
     the check catches the order bug on the cases with longer chunks."""
     result = feedback("q2_chunked_debug", _chunked("new_first", "bottom_right"))
     assert result.message.startswith("case 2 (B=1, N=6, chunk=2)")
+
+
+# --------------------------------------------------------------------------- the page
+def _flat(text: str) -> str:
+    return "".join(text.split())
+
+
+# What question 4's experiment computes or says: the three sizes the question asks the
+# learner to predict (the key/value heads, the cache's bytes, the number of scores, the
+# shared keys' broadcast).
+MQA_TELLTALES = ["kv_heads", ".element_size()", ".numel()", "k.transpose(-1, -2)",
+                 "either way", "broadcast"]
+
+
+def test_question_4s_experiment_comes_after_the_committed_prediction(capsys):
+    """The learner's page shows nothing that computes or states question 4's answers
+    before its check cell, and the experiment after it measures only once
+    ``predict_mqa`` returns an answer."""
+    nb = json.loads((ROOT / "exercises" / f"{EXERCISE}.ipynb").read_text(encoding="utf-8"))
+    cells = [(c["cell_type"], "".join(c["source"])) for c in nb["cells"]]
+    (check_at,) = [i for i, (kind, source) in enumerate(cells) if kind == "code"
+                   and _flat(source) == _flat('check("09_decoding", predict_mqa)')]
+    for _kind, source in cells[:check_at]:
+        shown = [t for t in MQA_TELLTALES if _flat(t) in _flat(source)]
+        assert not shown, f"before question 4's check, {source[:50]!r}... shows {shown}"
+    (experiment,) = [source for kind, source in cells[check_at:]
+                     if kind == "code" and ".element_size()" in source]
+    assert experiment.index("predict_mqa()") < experiment.index(".element_size()")
+
+    def predict_mqa():
+        raise NotImplementedError("replace this line with your code")
+
+    exec(experiment, {"torch": torch, "seed_everything": seed_everything,
+                      "predict_mqa": predict_mqa})
+    printed = capsys.readouterr().out
+    assert printed.startswith("write predict_mqa") and "->" not in printed, printed
+
+
+def test_the_bottom_right_mask_is_shown_nowhere_on_the_learners_page():
+    """Questions 1 and 2 ask for it; no visible cell writes it."""
+    for source in notebook_cells(ROOT / "exercises" / f"{EXERCISE}.ipynb"):
+        assert ".tril(" not in source and "attn_mask" not in source, source[:60]
 
 
 # --------------------------------------------------------------------------- the real grader
