@@ -169,6 +169,17 @@ _GLUE_PAGE = re.compile(r"^(\{glue(?::\w+)?\}`)[^`:]+\.ipynb::")
 _GLUE_LOCAL = re.compile(r"\{glue(?::\w+)?\}`(?![^`]*::)")
 _GLUE_TEXT_NO_FORMAT = re.compile(r"\{glue:text\}`[^`:]+\.ipynb::[^`:]+`")
 _PLAIN_FORMAT = re.compile(r"^(\{glue:text\}`[^`:]+):s`$")
+# A value in words (a verdict such as "RoPE > sinusoidal") is glued twice, as ``key``
+# for the English text and ``key_zh`` in Chinese for the translation, which uses it
+# in the place of ``key``.
+_GLUE_ZH = re.compile(r"^(\{glue(?::\w+)?\}`[^`:]+)_zh(?=[:`])")
+
+
+# A chapter's title, "4. Attention in ...": its translation is parsed as Markdown, where
+# "4. ..." is a numbered list, so Sphinx drops it and keeps the English title; the
+# translation escapes the full stop ("4\\. ...").
+_NUMBERED = re.compile(r"^\d+\. ")
+_NUMBERED_ESCAPED = re.compile(r"^\d+\\\. ")
 
 
 def markup(text: str) -> list[str]:
@@ -176,8 +187,8 @@ def markup(text: str) -> list[str]:
     maths, link targets, inline HTML, footnotes), sorted. A role's visible text
     may be translated: of {term}`text <target>` only the role and the target
     count."""
-    return sorted(_PLAIN_FORMAT.sub(r"\1`", _GLUE_PAGE.sub(
-        r"\1", _ROLE_TEXT.sub(r"\1<\2>`", part))) for part in _MARKUP.findall(text))
+    return sorted(_PLAIN_FORMAT.sub(r"\1`", _GLUE_ZH.sub(r"\1", _GLUE_PAGE.sub(
+        r"\1", _ROLE_TEXT.sub(r"\1<\2>`", part)))) for part in _MARKUP.findall(text))
 
 
 def lint(paths: list[Path]) -> list[str]:
@@ -199,6 +210,12 @@ def lint(paths: list[Path]) -> list[str]:
                              f"that names its page needs a format (MyST-NB reads "
                              f"the last colon as its start): "
                              f"{{glue:text}}`{path.stem}.ipynb::key:s`")
+            if (m.id and m.string and _NUMBERED.match(str(m.id))
+                    and not _NUMBERED_ESCAPED.match(str(m.string))):
+                found.append(f"{path.name}: {str(m.id)[:60]!r}: a numbered title's "
+                             f"translation must escape its full stop, as in "
+                             f"'4\\. ...' (else Markdown reads '4. ...' as a list and "
+                             f"the page keeps the English title)")
             if m.id and m.string and markup(m.id) != markup(m.string):
                 lost = set(markup(m.id)) - set(markup(m.string))
                 added = set(markup(m.string)) - set(markup(m.id))
@@ -300,8 +317,9 @@ def _book_translations() -> dict[str, str]:
     for path in sorted(CATALOGS.rglob("*.po")):
         with open(path, "rb") as f:
             for m in read_po(f):
-                if m.id and m.string and not m.fuzzy:
-                    known.setdefault(str(m.id), str(m.string))
+                if m.id and m.string and not m.fuzzy:  # a title as text: no escape
+                    known.setdefault(str(m.id), re.sub(r"^(\d+)\\\. ", r"\1. ",
+                                                       str(m.string)))
     return known
 
 

@@ -42,35 +42,40 @@ def test_lint_catches_a_lost_role_and_changed_maths() -> None:
         "{term}`注意力头 <Head 注意力头>`")
     assert i18n.markup("{term}`heads <Head 注意力头>`") != i18n.markup(
         "{term}`注意力头 <Query 查询>`")
+    # a verdict in words is glued as key_zh for the translation, in the place of key
+    verdict = "this run gives {glue:text}`verdict` here"
+    page = "{glue:text}`08_positions.ipynb::"
+    assert i18n.markup(verdict) == i18n.markup(f"本次为 {page}verdict_zh:s`")
+    assert i18n.markup(verdict) != i18n.markup(f"本次为 {page}other_zh:s`")
 
 
-def test_a_glue_role_in_a_translation_must_name_its_page(tmp_path: Path) -> None:
+def _lint(tmp_path: Path, name: str, translations: dict[str, str]) -> list[str]:
+    """What ``i18n.lint`` finds in a catalog ``name.po`` of these translations."""
     from babel.messages.catalog import Catalog
     from babel.messages.pofile import write_po
 
     catalog = Catalog(locale="zh_CN")
-    catalog.add("Accuracy {glue:text}`acc:.1%`.", "准确率 {glue:text}`acc:.1%`。")
-    catalog.add("Loss {glue:text}`loss:.2f`.", "损失 {glue:text}`03_masks.ipynb::loss:.2f`。")
-    path = tmp_path / "03_masks.po"
+    for english, chinese in translations.items():
+        catalog.add(english, chinese)
+    path = tmp_path / f"{name}.po"
     with open(path, "wb") as f:
         write_po(f, catalog)
-    found = i18n.lint([path])
+    return i18n.lint([path])
+
+
+def test_a_glue_role_in_a_translation_must_name_its_page(tmp_path: Path) -> None:
+    found = _lint(tmp_path, "03_masks", {
+        "Accuracy {glue:text}`acc:.1%`.": "准确率 {glue:text}`acc:.1%`。",
+        "Loss {glue:text}`loss:.2f`.": "损失 {glue:text}`03_masks.ipynb::loss:.2f`。"})
     assert len(found) == 1 and "must name its page" in found[0] and "Accuracy" in found[0]
 
 
 def test_a_glue_role_that_names_its_page_carries_a_format(tmp_path: Path) -> None:
     """MyST-NB splits a {glue:text} role at its last colon: ``page.ipynb::key`` alone
     would look up the key ``page.ipynb:`` (a warning, so the -W build fails)."""
-    from babel.messages.catalog import Catalog
-    from babel.messages.pofile import write_po
-
-    catalog = Catalog(locale="zh_CN")
-    catalog.add("Yes: {glue:text}`higher`.", "是：{glue:text}`03_masks.ipynb::higher`。")
-    catalog.add("So {glue:text}`word`.", "所以 {glue:text}`03_masks.ipynb::word:s`。")
-    path = tmp_path / "03_masks.po"
-    with open(path, "wb") as f:
-        write_po(f, catalog)
-    found = i18n.lint([path])
+    found = _lint(tmp_path, "03_masks", {
+        "Yes: {glue:text}`higher`.": "是：{glue:text}`03_masks.ipynb::higher`。",
+        "So {glue:text}`word`.": "所以 {glue:text}`03_masks.ipynb::word:s`。"})
     assert len(found) == 1 and "needs a format" in found[0] and "Yes" in found[0]
 
 
@@ -102,3 +107,40 @@ def test_the_chinese_edition_is_built_and_pages_link_to_their_twins(
         assert f"{figure}.zh_CN.png" in intro_zh
     intro = (chinese / "book" / "intro.html").read_text(encoding="utf-8")
     assert re.search(r"[\u4e00-\u9fff]{20}", intro), "the Chinese intro holds no Chinese prose"
+
+
+def test_titles_and_navigation_of_the_chinese_edition_are_chinese(built_book: Path) -> None:
+    """Every Chinese page's tab title, heading, sidebar entries, part captions and
+    previous/next links are in Chinese: a chapter title is the catalog's translation
+    (a numbered one, "4. ...", reaches the page only escaped, "4\\. ...", see lint)."""
+    cjk = re.compile(r"[\u4e00-\u9fff]")
+    chinese = built_book / "zh_CN"
+    english_words = re.compile(r"\b(?!Transformer\b)[A-Z][a-z]+(?: [a-z]+){2,}")
+    checked = 0
+    for page in sorted(chinese.rglob("*.html")):
+        if ("_static" in page.parts or "_sources" in page.parts
+                or page.name in ("search.html", "genindex.html")):
+            continue
+        html = page.read_text(encoding="utf-8")
+        title = re.search(r"<title>([^<]*)</title>", html)
+        heading = re.search(r"<h1>([^<]*)", html)
+        if title is None:  # a redirect page
+            continue
+        for text in [title.group(1).split("&#8212;")[0], heading and heading.group(1)]:
+            if text is not None:  # Chinese, or a name kept in English ("6. Transformer")
+                assert cjk.search(text) or not re.sub(r"[\d.\s]|Transformer", "", text), (
+                    page, text)
+        captions = re.findall(r'caption-text">([^<]*)', html)
+        entries = re.findall(r'class="reference internal" href="[^"#]*">([^<]+)</a>', html)
+        around = re.findall(r'prev-next-title">([^<]*)', html)
+        for text in [*captions, *entries, *around]:
+            assert not english_words.search(text), (page, text)
+        checked += bool(captions)
+    assert checked >= 20, f"only {checked} Chinese pages carry the sidebar's part captions"
+
+
+def test_a_numbered_title_must_escape_its_full_stop(tmp_path: Path) -> None:
+    found = _lint(tmp_path, "04_seq2seq_attention", {
+        "4. Attention in encoder-decoder models": "4. 编码器-解码器模型中的注意力",
+        "5. Multi-head attention": "5\\. 多头注意力"})
+    assert len(found) == 1 and "escape its full stop" in found[0] and "4. Att" in found[0]

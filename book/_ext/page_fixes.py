@@ -15,6 +15,10 @@
   button, the sidebar's expand toggles, slider handles, live widget figures);
   ``layout.css`` keeps printed output and inline code inside the page on any screen and
   makes figures readable in the dark theme.
+- sphinx-external-toc inserts the table of contents (a transform of priority 100) after
+  Sphinx has translated the page (priority 20), so the part captions of the sidebar
+  ("Part I: ...") stayed English in a translated edition although the root page's
+  catalog holds them: :class:`TranslateCaptions` translates them from that catalog.
 """
 
 from __future__ import annotations
@@ -22,8 +26,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.config import Config
+from sphinx.locale import init as init_locale
+from sphinx.transforms import SphinxTransform
+from sphinx.util.i18n import docname_to_domain
 
 HERE = Path(__file__).resolve().parent
 
@@ -31,6 +39,26 @@ HERE = Path(__file__).resolve().parent
 def _config(app: Sphinx, config: Config) -> None:
     config.html_context = {**config.html_context, "default_mode": "auto"}
     config.html_static_path = [*config.html_static_path, str(HERE / "static")]
+
+
+class TranslateCaptions(SphinxTransform):
+    """The captions of the toctrees that sphinx-external-toc inserted, translated from
+    the page's catalog (when the edition has a language and the page a catalog)."""
+
+    default_priority = 101  # after sphinx_external_toc.events.InsertToctrees
+
+    def apply(self, **kwargs: Any) -> None:
+        if not self.config.language or self.config.language == "en":
+            return
+        dirs = [str(Path(self.env.srcdir) / d) for d in self.config.locale_dirs]
+        domain = docname_to_domain(self.env.docname, self.config.gettext_compact)
+        catalog, found = init_locale(dirs, self.config.language, domain)
+        if not found:
+            return
+        for toctree in self.document.findall(addnodes.toctree):
+            caption = toctree.get("caption")
+            if caption:
+                toctree["caption"] = catalog.gettext(caption)
 
 
 def _page(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any],
@@ -64,6 +92,7 @@ def setup(app: Sphinx) -> dict:
     app.add_config_value("language_switch", True, "html")
     app.connect("config-inited", _config)
     app.connect("html-page-context", _page)
+    app.add_transform(TranslateCaptions)
     app.add_js_file("a11y.js", defer="defer")
     app.add_css_file("layout.css")
     return {"parallel_read_safe": True, "parallel_write_safe": True}
