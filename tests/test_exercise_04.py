@@ -13,13 +13,13 @@ from __future__ import annotations
 import functools
 import json
 import math
-from pathlib import Path
+import re
 
 import pytest
 import torch
 from grading_helpers import assert_named as named
 from grading_helpers import judge as judge_answer
-from grading_helpers import replace_in_solution, write_notebook
+from grading_helpers import replace_in_solution, solution_path, write_notebook
 
 from attention_course import metrics, seq2seq
 from attention_course.grading import get_exercise
@@ -159,8 +159,9 @@ def test_attention_step_unlisted_mistakes_get_useful_feedback():
 
 # =========================================================================== question 2
 def student_luong(states, t, enc_outputs, src_valid_lens, W, *, query="current",
-                  score="general", dim=-1, fill=float("-inf"), mask="<", scale=False):
-    s = states[:, t] if query == "current" else states[:, t - 1]
+                  score="general", dim=-1, fill=float("-inf"), mask="<", scale=False,
+                  mask_when="before"):
+    s = states[:, {"current": t, "previous": t - 1, "last": -1}[query]]
     if score == "general":
         e = torch.bmm(enc_outputs, (s @ W).unsqueeze(-1)).squeeze(-1)  # (s^T W) h_j
     elif score == "transposed":
@@ -169,10 +170,15 @@ def student_luong(states, t, enc_outputs, src_valid_lens, W, *, query="current",
         e = torch.bmm(enc_outputs, s.unsqueeze(-1)).squeeze(-1)
     if scale:
         e = e / math.sqrt(s.shape[-1])
-    real = torch.arange(enc_outputs.shape[1])[None, :] < src_valid_lens[:, None]
-    if mask == ">=":
-        real = ~real
-    w = torch.softmax(e.masked_fill(~real, fill), dim=dim)
+    pos = torch.arange(enc_outputs.shape[1])[None, :]
+    lens = src_valid_lens[:, None]
+    real = {"<": pos < lens, ">=": pos >= lens, "<=": pos <= lens, "<-1": pos < lens - 1,
+            "none": pos >= 0}[mask]
+    if mask_when == "before":
+        e = e.masked_fill(~real, fill)
+    w = torch.softmax(e, dim=dim)
+    if mask_when == "after":
+        w = w * real
     return (w.unsqueeze(-1) * enc_outputs).sum(dim=1), w
 
 
@@ -186,39 +192,122 @@ def test_a_differently_written_luong_fix_passes():
 
 
 @pytest.mark.parametrize("change, phrases", [
-    ({"query": "previous", "score": "dot", "dim": 0}, ["code as it was given"]),
-    ({"query": "previous", "score": "dot"}, ["softmax is fixed, two bugs remain",
-                                             "previous state", "plain dot product"]),
-    ({"query": "previous", "dim": 0}, ["score is fixed, two bugs remain"]),
+    ({"query": "last", "score": "dot", "dim": 0}, ["code as it was given"]),
+    ({"query": "last", "score": "dot"}, ["softmax is fixed, two bugs remain",
+                                         "last state s_T", "plain dot product"]),
+    ({"query": "last", "dim": 0}, ["score is fixed, two bugs remain"]),
     ({"score": "dot", "dim": 0}, ["query is fixed, two bugs remain"]),
-    ({"query": "previous"}, ["one bug remains", "current state s_t"]),
+    ({"query": "last"}, ["one bug remains", "current state s_t"]),
     ({"score": "dot"}, ["one bug remains", "matrix W between"]),
     ({"dim": 0}, ["one bug remains", "normalises across the batch"]),
     ({"score": "transposed"}, ["W is used the wrong way round"]),
-    ({"mask": ">="}, ["the mask was right"]),
+    # a query the starter does not show: Bahdanau's habit
+    ({"query": "previous"}, ["previous state s_(t-1)", "current state s_t"]),
+    # the mask, a gap the learner fills in
+    ({"mask": ">="}, ["keeps the padded positions and removes the real"]),
+    ({"mask": "none"}, ["padded source positions get weight"]),
+    ({"fill": 0.0}, ["padded source positions get weight"]),  # the same, at zero states
+    ({"mask": "<="}, ["first padded position"]),
+    ({"mask": "<-1"}, ["removes the last real position"]),
+    ({"mask_when": "after"}, ["no longer sum to 1"]),
     ({"scale": True}, ["has no such scale"]),
 ])
 def test_luong_half_fixes_are_named(change, phrases):
     assert_named(judge("q2_luong", luong(**change)), *phrases)
 
 
-def test_luong_unlisted_mistake_gets_useful_feedback():
-    # padding filled with 0 instead of minus infinity
-    assert_named(judge("q2_luong", luong(fill=0.0)), "which is padding")
+def test_luong_unlisted_mistakes_get_useful_feedback():
+    # a soft mask: padding filled with -5 instead of minus infinity
+    assert_named(judge("q2_luong", luong(fill=-5.0)), "which is padding")
+
+    def no_sum(*args):  # the second gap filled with the weighted states, not summed
+        context, weights = student_luong(*args)
+        return weights.unsqueeze(-1) * args[2], weights
+
+    assert_named(judge("q2_luong", no_sum), "expected shape")
+
+
+def _learner_cells() -> list[dict]:
+    """The cells of the learner's notebook, generated from the solution."""
+    return learner_notebook(json.loads(solution_path(EX).read_text(encoding="utf-8")))["cells"]
 
 
 def test_the_starter_code_is_the_unchanged_mistake():
-    """The learner's starter (its first line deleted) is recognised as unchanged."""
-    path = Path(__file__).resolve().parents[1] / "exercises" / "solutions" / f"{EX}.ipynb"
-    cells = learner_notebook(json.loads(path.read_text(encoding="utf-8")))["cells"]
-    (source,) = ["".join(c["source"]) for c in cells
+    """The learner's starter (its first line deleted, its two gaps filled in) is
+    recognised as unchanged, and passes once its three bugs are fixed."""
+    (source,) = ["".join(c["source"]) for c in _learner_cells()
                  if c["cell_type"] == "code" and "def luong_step" in "".join(c["source"])]
-    assert "raise NotImplementedError" in source
+    gaps = {
+        '    raise NotImplementedError("delete this line, fix 3 bugs, fill 2 gaps")\n': "",
+        "    # GAP 1: take each sentence's padded source positions out of the scores\n":
+            "    real = torch.arange(scores.shape[1]) < src_valid_lens[:, None]\n"
+            "    scores = scores.masked_fill(~real, float('-inf'))\n",
+        "    context = ...  # GAP 2: the context c_t, shape (B, H)\n":
+            "    context = torch.einsum('bs,bsh->bh', weights, enc_outputs)\n",
+    }
+    for gap, filled in gaps.items():
+        assert source.count(gap) == 1, gap
+        source = source.replace(gap, filled)
     namespace = {"torch": torch}
-    exec(source.replace('    raise NotImplementedError('
-                        '"delete this line, then fix the three bugs")\n', ""),
-         namespace)
+    exec(source, namespace)
     assert_named(judge("q2_luong", namespace["luong_step"]), "code as it was given")
+    # with its three bugs fixed in place, the filled-in starter is a right answer
+    fixes = {"states[:, -1]": "states[:, t]", "(enc_outputs @ query.unsqueeze(-1))":
+             "(enc_outputs @ W.T @ query.unsqueeze(-1))", "dim=0": "dim=-1"}
+    for bug, fix in fixes.items():
+        assert source.count(bug) == 1, bug
+        source = source.replace(bug, fix)
+    namespace = {"torch": torch}
+    exec(source, namespace)
+    assert judge("q2_luong", namespace["luong_step"]).status == "passed"
+
+
+# What the learner's page must not show: question 1's answer (which state is the query,
+# the mask before the softmax, the context as the weighted sum of the encoder states) and
+# question 6's (the sentence padded, the step called on it). Each pattern is matched in
+# the code with its whitespace removed; the answer itself matches every one of them.
+GIVE_AWAYS = {
+    "q1_step": {
+        "the previous state as the query": r"states\[:,t-1\]",
+        "a mask from the valid lengths": r"<src_valid_lens\[",
+        "padded scores filled before the softmax": r"\.masked_fill\(",
+        "the context as a weighted sum of the encoder states":
+            r"\*enc_outputs\)\.sum\(|weights@enc_outputs|weights,enc_outputs\)",
+    },
+    "q6_padding_measure": {
+        "the sentence padded with zero states": r"torch\.cat\(|\.pad\(",
+        "the attention step called on it": r"(?<!def)attention_step\(",
+    },
+}
+# and in the page's text: question 1's query, named
+TEXT_GIVE_AWAYS = {"q1_step": r"\\mathbf\{s\}_\{t-1\}|s_\(t-1\)|s_\{t-1\}"}
+
+
+def _squeezed(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+@pytest.mark.parametrize("qid", sorted(GIVE_AWAYS))
+def test_the_learner_page_keeps_the_answers(qid):
+    """No cell the learner sees (code or text) shows an answer: neither a later
+    question's starter nor a cell that demonstrates a result."""
+    symbol = EXERCISE.question(qid).symbol
+    solution = json.loads(solution_path(EX).read_text(encoding="utf-8"))
+    (answer,) = [_squeezed("".join(c["source"])) for c in solution["cells"]
+                 if f"def {symbol}(" in "".join(c["source"])]
+    shown = _learner_cells()
+    for what, pattern in GIVE_AWAYS[qid].items():
+        assert re.search(pattern, answer), (qid, what)  # so that its absence means something
+        for cell in shown:
+            found = cell["cell_type"] == "code" and re.search(
+                pattern, _squeezed("".join(cell["source"])))
+            assert not found, (f"the learner's page shows {qid}'s answer ({what}): "
+                               f"{found[0]!r} in cell {cell.get('id')}")
+    if qid in TEXT_GIVE_AWAYS:
+        for cell in shown:
+            found = re.search(TEXT_GIVE_AWAYS[qid], "".join(cell["source"]))
+            assert not found, (f"the learner's page tells {qid}'s answer: {found[0]!r} in "
+                               f"cell {cell.get('id')}")
 
 
 # =========================================================================== questions 3, 5

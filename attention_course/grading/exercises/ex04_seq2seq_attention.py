@@ -5,8 +5,10 @@ Seven questions, one of each kind at least:
 1. ``attention_step`` (implement): one step of Bahdanau's decoder attention, recomputed
    from a finished teacher-forced pass: which state is the query, which tensors are the
    values, padding masked. Gradients must flow.
-2. ``luong_step`` (debug): a broken version of Luong's "general" attention to fix: the
-   current state is the query, the score is bilinear, the softmax runs over the source.
+2. ``luong_step`` (debug): a broken version of Luong's "general" attention to fix (the
+   current state is the query, the score is bilinear, the softmax runs over the source)
+   and to complete: its mask and its context are gaps, so that the page does not show
+   question 1's before the learner writes them (nor question 1's query as a bug).
 3. ``long_sentence_prediction`` (predict): which model loses more on long sentences, and
    which score falls less there; the notebook then points to the chapter's tables.
 4. ``attention_score_counts`` (derive): how many attention scores one teacher-forced
@@ -200,6 +202,27 @@ def _weights_problem(weights: Any, expected_weights: torch.Tensor,
     return None
 
 
+# The mask's slips, in question 1 and in the gap that question 2 leaves for the mask.
+_MASK_SLIPS = (
+    ("no_mask", {"mask": "none"},
+     "padded source positions get weight: the softmax must run over the real "
+     "positions only, those before each sentence's valid length"),
+    ("mask_one_too_many", {"mask": "one_more"},
+     "the first padded position of each short sentence still gets weight: a "
+     "sentence of valid length L keeps positions 0 to L-1 only (counting from 0)"),
+    ("mask_one_too_few", {"mask": "one_less"},
+     "your mask also removes the last real position (the source's end-of-sentence "
+     "token): a valid length L keeps positions 0 to L-1, counting from 0"),
+    ("mask_inverted", {"mask": "inverted"},
+     "your mask keeps the padded positions and removes the real ones (a sentence "
+     "without padding gets no position at all, hence NaN): the positions to keep "
+     "are those before the valid length"),
+    ("mask_after_softmax", {"mask": "after"},
+     "the padded positions get 0, but the weights of a padded sentence no longer "
+     "sum to 1: remove the padded positions before the softmax, not after it"),
+)
+
+
 Q1 = Question(
     id="q1_step",
     symbol="attention_step",
@@ -230,22 +253,7 @@ Q1 = Question(
         ("embeddings_as_keys_and_values", {"keys": "embeddings", "values": "embeddings"},
          "you attend over the source embeddings x_j (as keys and as values); the "
          "decoder attends over the encoder states h_j"),
-        ("no_mask", {"mask": "none"},
-         "padded source positions get weight: the softmax must run over the real "
-         "positions only, those before each sentence's valid length"),
-        ("mask_one_too_many", {"mask": "one_more"},
-         "the first padded position of each short sentence still gets weight: a "
-         "sentence of valid length L keeps positions 0 to L-1 only (counting from 0)"),
-        ("mask_one_too_few", {"mask": "one_less"},
-         "your mask also removes the last real position (the source's end-of-sentence "
-         "token): a valid length L keeps positions 0 to L-1, counting from 0"),
-        ("mask_inverted", {"mask": "inverted"},
-         "your mask keeps the padded positions and removes the real ones (a sentence "
-         "without padding gets no position at all, hence NaN): the positions to keep "
-         "are those before the valid length"),
-        ("mask_after_softmax", {"mask": "after"},
-         "the padded positions get 0, but the weights of a padded sentence no longer "
-         "sum to 1: remove the padded positions before the softmax, not after it"),
+        *_MASK_SLIPS,
         ("softmax_over_batch", {"softmax_over": "batch"},
          "your softmax normalises across the sentences of the batch (for each source "
          "position) instead of across the source positions of each sentence"),
@@ -313,15 +321,17 @@ def _luong(
     src_valid_lens: torch.Tensor,
     W: torch.Tensor,
     *,
-    current: bool = True,
+    query_at: str = "current",
     general: bool = True,
     softmax_dim: int = -1,
     transposed: bool = False,
     scaled: bool = False,
-    inverted_mask: bool = False,
+    mask: str = "before",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference Luong step, and (with keywords changed) its bugs and half-fixes."""
-    query = states[:, t] if current else states[:, t - 1]  # (B, H)
+    """The reference Luong step, and (with keywords changed) its bugs and half-fixes, and
+    the slips of the two gaps the learner fills in (the mask and the context)."""
+    index = {"current": t, "previous": t - 1, "last": states.shape[1] - 1}[query_at]
+    query = states[:, index]  # (B, H)
     if general:
         matrix = W.T if transposed else W
         keys = enc_outputs @ matrix.T  # row j holds W h_j (or W^T h_j)
@@ -330,13 +340,19 @@ def _luong(
     scores = (keys @ query[:, :, None]).squeeze(-1)  # (B, S): s^T W h_j
     if scaled:
         scores = scores / math.sqrt(query.shape[-1])
-    real = torch.arange(enc_outputs.shape[1]) < src_valid_lens[:, None]
-    if inverted_mask:
-        real = ~real
-    if softmax_dim == -1 and not inverted_mask:
+    if softmax_dim == -1 and mask == "before":
         weights = masked_softmax(scores[:, None, :], src_valid_lens)[:, 0]
     else:
-        weights = torch.softmax(scores.masked_fill(~real, float("-inf")), dim=softmax_dim)
+        shift = {"before": 0, "after": 0, "none": 0, "inverted": 0, "one_more": 1,
+                 "one_less": -1}[mask]
+        real = torch.arange(enc_outputs.shape[1]) < (src_valid_lens[:, None] + shift)
+        if mask == "inverted":
+            real = ~real
+        if mask not in ("after", "none"):
+            scores = scores.masked_fill(~real, float("-inf"))
+        weights = torch.softmax(scores, dim=softmax_dim)
+        if mask == "after":
+            weights = weights.masked_fill(~real, 0.0)
     return (weights[:, :, None] * enc_outputs).sum(dim=1), weights
 
 
@@ -368,8 +384,8 @@ def luong_cases() -> list[Case]:
     return cases
 
 
-_PREVIOUS = "the query is still the previous state s_(t-1); Luong attends after the RNN step, " \
-            "with the current state s_t"
+_LAST = "the query is still the last state s_T, the same for every step; Luong attends " \
+        "after the RNN step of step t, with the current state s_t"
 _DOT = "the score is still a plain dot product; the 'general' score puts the matrix W " \
        "between the decoder state and the encoder state"
 _BATCH = "the softmax still normalises across the batch; each sentence's weights must be a " \
@@ -386,18 +402,18 @@ Q2 = Question(
     grad=True,
     diagnose=_padding_gets_weight(3),
     mistakes=mistake_table(changed(_luong), [
-        ("unchanged", {"current": False, "general": False, "softmax_dim": 0},
+        ("unchanged", {"query_at": "last", "general": False, "softmax_dim": 0},
          "this is the code as it was given: all three bugs are still there (which "
          "state is the query, how the score is computed, over which axis the softmax "
          "normalises)"),
-        ("previous_and_dot", {"current": False, "general": False},
-         "the softmax is fixed, two bugs remain: " + _PREVIOUS + "; and " + _DOT),
-        ("previous_and_batch", {"current": False, "softmax_dim": 0},
-         "the score is fixed, two bugs remain: " + _PREVIOUS + "; and " + _BATCH),
+        ("last_and_dot", {"query_at": "last", "general": False},
+         "the softmax is fixed, two bugs remain: " + _LAST + "; and " + _DOT),
+        ("last_and_batch", {"query_at": "last", "softmax_dim": 0},
+         "the score is fixed, two bugs remain: " + _LAST + "; and " + _BATCH),
         ("dot_and_batch", {"general": False, "softmax_dim": 0},
          "the query is fixed, two bugs remain: " + _DOT + "; and " + _BATCH),
-        ("previous", {"current": False},
-         "one bug remains: " + _PREVIOUS),
+        ("last", {"query_at": "last"},
+         "one bug remains: " + _LAST),
         ("dot", {"general": False},
          "one bug remains: " + _DOT),
         ("batch", {"softmax_dim": 0},
@@ -405,9 +421,10 @@ Q2 = Question(
         ("transposed", {"transposed": True},
          "W is used the wrong way round: the score is the decoder state, times W, "
          "times the encoder state (the rows of W belong to the decoder side)"),
-        ("mask_changed", {"inverted_mask": True},
-         "the mask was right, and now it keeps the padded positions and removes the "
-         "real ones (a sentence without padding gets NaN): leave the mask as given"),
+        ("previous", {"query_at": "previous"},
+         "your query is the previous state s_(t-1), the state before step t; Luong's "
+         "decoder attends after the RNN step of step t, with the current state s_t"),
+        *_MASK_SLIPS,  # the first gap of the starter
         ("scaled", {"scaled": True},
          "your scores are divided by the square root of the state size; Luong's "
          "'general' score has no such scale (that belongs to the Transformer's "
