@@ -45,6 +45,28 @@ SECTION_SCORES = "4.5 Translating, and scoring the translations"
 
 
 # =========================================================================== question 1
+def _source_weights(scores: torch.Tensor, src_valid_lens: torch.Tensor, mask: str = "before",
+                    dim: int = -1) -> torch.Tensor:
+    """The attention weights of ``scores (B, S)``: chapter 3's masked softmax over the
+    source positions, or the mask slipped (``mask``: ``"none"``, ``"one_more"``,
+    ``"one_less"``, ``"inverted"`` or applied ``"after"`` the softmax), or the softmax
+    run over another axis ``dim``. Questions 1 and 2 share it: the learner writes the same
+    mask in both."""
+    if mask == "before" and dim == -1:
+        return masked_softmax(scores[:, None, :], src_valid_lens)[:, 0]
+    shift = {"before": 0, "after": 0, "none": 0, "inverted": 0, "one_more": 1,
+             "one_less": -1}[mask]
+    real = torch.arange(scores.shape[1]) < (src_valid_lens[:, None] + shift)
+    if mask == "inverted":
+        real = ~real
+    if mask not in ("after", "none"):
+        scores = scores.masked_fill(~real, float("-inf"))
+    weights = torch.softmax(scores, dim=dim)
+    if mask == "after":
+        weights = weights.masked_fill(~real, 0.0)
+    return weights
+
+
 def _bahdanau(
     states: torch.Tensor,
     t: int,
@@ -87,22 +109,8 @@ def _bahdanau(
         "dot": lambda: (key_vectors @ query[:, :, None]).squeeze(-1),
     }[score]()  # (B, S)
     length = enc_outputs.shape[1]
-    if mask == "before" and softmax_over == "source":
-        weights = masked_softmax(scores[:, None, :], src_valid_lens)[:, 0]
-    else:
-        shift = {"before": 0, "after": 0, "none": 0, "inverted": 0, "one_more": 1,
-                 "one_less": -1}[mask]
-        real = torch.arange(length) < (src_valid_lens[:, None] + shift)
-        if mask == "inverted":
-            real = ~real
-        if mask not in ("after", "none"):
-            scores = scores.masked_fill(~real, float("-inf"))
-        if softmax_over == "batch":
-            weights = torch.softmax(scores, dim=0)
-        else:
-            weights = torch.softmax(scores, dim=-1)
-        if mask == "after":
-            weights = weights.masked_fill(~real, 0.0)
+    weights = _source_weights(scores, src_valid_lens, mask,
+                              0 if softmax_over == "batch" else -1)
     pooled = enc_outputs if values == "encoder" else src_embeddings
     context = weights @ pooled if broadcast else (weights[:, :, None] * pooled).sum(dim=1)
     if mean:
@@ -340,19 +348,7 @@ def _luong(
     scores = (keys @ query[:, :, None]).squeeze(-1)  # (B, S): s^T W h_j
     if scaled:
         scores = scores / math.sqrt(query.shape[-1])
-    if softmax_dim == -1 and mask == "before":
-        weights = masked_softmax(scores[:, None, :], src_valid_lens)[:, 0]
-    else:
-        shift = {"before": 0, "after": 0, "none": 0, "inverted": 0, "one_more": 1,
-                 "one_less": -1}[mask]
-        real = torch.arange(enc_outputs.shape[1]) < (src_valid_lens[:, None] + shift)
-        if mask == "inverted":
-            real = ~real
-        if mask not in ("after", "none"):
-            scores = scores.masked_fill(~real, float("-inf"))
-        weights = torch.softmax(scores, dim=softmax_dim)
-        if mask == "after":
-            weights = weights.masked_fill(~real, 0.0)
+    weights = _source_weights(scores, src_valid_lens, mask, softmax_dim)
     return (weights[:, :, None] * enc_outputs).sum(dim=1), weights
 
 
