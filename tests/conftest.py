@@ -3,9 +3,11 @@ per test module) and the GPU marker."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,22 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_DIR = ROOT / "_build" / "html"
+
+
+SESSION_START = time.time()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The chapters' execution times, when this session executed any (the book build)."""
+    times = ROOT / "_build" / "execution_times.json"
+    if not times.is_file() or times.stat().st_mtime < SESSION_START:
+        return
+    run = json.loads(times.read_text(encoding="utf-8"))
+    terminalreporter.section("chapters executed for the book")
+    for name, seconds in sorted(run["chapters"].items()):
+        terminalreporter.write_line(f"{name:<42} {seconds:7.1f} s")
+    terminalreporter.write_line(f"{len(run['chapters'])} chapter(s), {run['jobs']} at a time: "
+                                f"{run['wall_seconds']:.0f} s wall")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -53,13 +71,18 @@ def built_book() -> Path:
     """Build the book with ``-W --keep-going`` (warnings are errors), then its Chinese
     edition into ``zh_CN/`` (``-W`` too), and return the HTML folder.
 
-    The build uses Jupyter Book's execution cache in ``_build/.jupyter_cache``, so a book
-    already built by ``make book`` only re-executes the notebooks that changed.
+    The chapters are executed first by ``scripts/execute_book.py`` (in parallel, into
+    Jupyter Book's execution cache in ``_build/.jupyter_cache``), so the builds execute
+    nothing, and a book already built by ``make book`` only re-executes the chapters that
+    changed.
 
     No wall-clock limit is put on the build: what guards against a hang is the per-cell
     ``execute.timeout`` in ``_config.yml``. A whole-build limit only failed machines that
     were busy (two ``yes`` loads on 2 cores took the build past an hour).
     """
+    # the chapters, two or more at a time, into the execution cache the builds read
+    _build([sys.executable, str(ROOT / "scripts" / "execute_book.py")],
+           "executing the chapters failed")
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     _build([str(jupyter_book), "build", str(ROOT), "-W", "--keep-going"],
            "jupyter-book build -W failed")
