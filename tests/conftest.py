@@ -34,11 +34,13 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if torch.cuda.is_available():
-        return
+    """A test that needs the built book is slow (``-m "not slow"`` leaves it out); a GPU
+    test is skipped where there is no CUDA."""
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (none available here)")
     for item in items:
-        if "gpu" in item.keywords:
+        if "built_book" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+        if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
 
 
