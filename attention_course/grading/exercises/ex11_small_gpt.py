@@ -125,8 +125,8 @@ def _gqa_case(g: torch.Generator, b: int, heads: int, kv: int, t: int, d: int) -
     q = torch.randn(b, heads, t, d, generator=g)
     k = torch.randn(b, kv, t, d, generator=g)
     v = torch.randn(b, kv, t, d, generator=g)
-    return Case(args=(q, k, v), label=f"B={b}, {heads} query heads, {kv} key/value heads, "
-                                      f"T={t}, d={d}")
+    kv_heads = "1 key/value head" if kv == 1 else f"{kv} key/value heads"
+    return Case(args=(q, k, v), label=f"B={b}, {heads} query heads, {kv_heads}, T={t}, d={d}")
 
 
 gqa_cases = drawn_cases(1102, _gqa_case, visible=[
@@ -378,8 +378,9 @@ def _probs(g: torch.Generator, rows: int, vocab: int, sharpness: float) -> Tenso
 
 
 def _top_p_case(g: torch.Generator, rows: int, vocab: int, sharpness: float, p: float) -> Case:
+    rows_label = "1 distribution" if rows == 1 else f"{rows} distributions"
     return Case(args=(_probs(g, rows, vocab, sharpness), p),
-                label=f"{rows} distributions over {vocab} tokens, p = {p:g}")
+                label=f"{rows_label} over {vocab} tokens, p = {p:g}")
 
 
 top_p_cases = drawn_cases(1106, _top_p_case, visible=[
