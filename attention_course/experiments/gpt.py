@@ -7,7 +7,7 @@ holds them as token ids. :func:`train_gpt` trains a
 :class:`~attention_course.gpt.GPT`; :func:`ngram_perplexities` gives the
 unigram and bigram baselines; :func:`previous_token_scores`,
 :func:`bracket_scores` and :func:`prefix_matching_scores` score every head;
-:func:`data_size_sweep` trains small models on growing shares of the data.
+:func:`width_sweep` trains models of several widths.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sysconfig
 import time
 import tokenize
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -195,15 +195,17 @@ def train_gpt(data: TokenData, config: GPTConfig, setup: TrainSetup,
 # ---------------------------------------------------------------- baselines
 
 
-def ngram_perplexities(data: TokenData,
+def ngram_perplexities(data: TokenData, windows: Tensor,
                        mix: Sequence[float] = (0.5, 0.7, 0.8, 0.9, 0.95)
                        ) -> dict[str, float]:
-    """Validation perplexities of a unigram model (add-one counts of the
-    training tokens) and of a bigram model mixed with it,
-    ``lam p(b | a) + (1 - lam) p(b)``, with the best ``lam`` of ``mix``
-    (chosen on the validation text itself, which flatters the bigram)."""
+    """Perplexities on the predictions of ``windows (n, T + 1)`` (each token
+    after the first of a window, as a model reading the window predicts
+    them) of a unigram model (add-one counts of the training tokens) and of
+    a bigram model mixed with it, ``lam p(b | a) + (1 - lam) p(b)``, with
+    the best ``lam`` of ``mix`` (chosen on these very predictions, which
+    flatters the bigram)."""
     vocab = data.tokenizer.vocab_size
-    train, val = data.train, data.val
+    train = data.train
     unigram = (torch.bincount(train, minlength=vocab).double() + 1)
     unigram /= unigram.sum()
     pairs = torch.zeros(vocab, vocab, dtype=torch.float64)
@@ -212,8 +214,9 @@ def ngram_perplexities(data: TokenData,
                      accumulate=True)
     rows = pairs.sum(1, keepdim=True)
     bigram = torch.where(rows > 0, pairs / rows.clamp(min=1), unigram)
-    p_uni = unigram[val[1:]]
-    p_bi = bigram[val[:-1], val[1:]]
+    before, after = windows[:, :-1].flatten(), windows[:, 1:].flatten()
+    p_uni = unigram[after]
+    p_bi = bigram[before, after]
     best = min(-(lam * p_bi + (1 - lam) * p_uni).log().mean().item()
                for lam in mix)
     return {"unigram": math.exp(-p_uni.log().mean().item()),
@@ -285,44 +288,45 @@ class BracketScores(NamedTuple):
 
 @torch.no_grad()
 def bracket_scores(model: GPT, text: str, tokenizer: BPETokenizer,
-                   length: int, windows: int, min_gap: int = 2
-                   ) -> BracketScores:
+                   length: int, windows: int, min_gap: int = 2,
+                   batch_size: int = 32) -> BracketScores:
     """Score every head on the bracket pairs of the first ``windows``
     windows of ``length`` tokens of ``text``: pairs inside one window, their
     brackets at least ``min_gap`` tokens apart (so that a previous-token
     head does not score)."""
     ids = tokenizer.encode(text)
     pairs = bracket_pairs(text, ids, tokenizer)
-    ids = torch.tensor(ids)
+    count = min(windows, len(ids) // length)
+    ids = torch.tensor(ids[: count * length]).view(count, length)
+    inside: list[tuple[int, ...]] = []   # (window, closing, opening)
+    nested: list[tuple[int, ...]] = []   # (window, closing, opening, inner)
+    for c, o in pairs:
+        w = o // length
+        if w < count and c // length == w and c - o >= min_gap:
+            inside.append((w, c - w * length, o - w * length))
+    for w, c, o in inside:
+        inner = [o2 for w2, c2, o2 in inside if w2 == w and o < o2 and c2 < c]
+        if inner:
+            nested.append((w, c, o, max(inner)))
     device = next(model.parameters()).device
-    sums = torch.zeros(3, model.config.num_layers, model.config.num_heads)
-    counts = [0, 0]
-    for w in range(min(windows, len(ids) // length)):
-        lo = w * length
-        inside = [(c - lo, o - lo) for c, o in pairs
-                  if lo <= o and c < lo + length and c - o >= min_gap]
-        if not inside:
-            continue
-        nested = []
-        for c, o in inside:
-            inner = [o2 for c2, o2 in inside if o < o2 and c2 < c]
-            if inner:
-                nested.append((c, o, max(inner)))
-        weights = model.attention_weights(ids[None, lo:lo + length]
-                                          .to(device))
-        rows = torch.tensor(inside)
-        for layer, w_layer in enumerate(weights):
-            w_layer = w_layer[0].cpu()
-            sums[0, layer] += w_layer[:, rows[:, 0], rows[:, 1]].sum(-1)
-            if nested:
-                t = torch.tensor(nested)
-                sums[1, layer] += w_layer[:, t[:, 0], t[:, 1]].sum(-1)
-                sums[2, layer] += w_layer[:, t[:, 0], t[:, 2]].sum(-1)
-        counts[0] += len(inside)
-        counts[1] += len(nested)
-    return BracketScores(sums[0] / max(counts[0], 1),
-                         sums[1] / max(counts[1], 1),
-                         sums[2] / max(counts[1], 1), *counts)
+    layers, heads = model.config.num_layers, model.config.num_heads
+    sums = torch.zeros(3, layers, heads)
+    for lo in range(0, count, batch_size):
+        weights = model.attention_weights(ids[lo:lo + batch_size].to(device))
+        weights = torch.stack(weights).cpu()   # (layers, B, heads, T, T)
+        for which, items in ((0, inside), (1, nested)):
+            chosen = torch.tensor([t for t in items
+                                   if lo <= t[0] < lo + batch_size],
+                                  dtype=torch.long).view(-1, 3 + which)
+            if not len(chosen):
+                continue
+            w, c, o = chosen[:, 0] - lo, chosen[:, 1], chosen[:, 2]
+            sums[which] += weights[:, w, :, c, o].sum(0)  # (P, L, H)
+            if which:
+                sums[2] += weights[:, w, :, c, chosen[:, 3]].sum(0)
+    n, m = max(len(inside), 1), max(len(nested), 1)
+    return BracketScores(sums[0] / n, sums[1] / m, sums[2] / m,
+                         len(inside), len(nested))
 
 
 @torch.no_grad()
@@ -356,33 +360,26 @@ def split_perplexity(model: GPT, data: TokenData, split: str, length: int,
 
 
 class SweepRun(NamedTuple):
-    """One run of :func:`data_size_sweep`: the share of the training tokens
-    it saw, its seed, and its final losses (nats per token) on the
-    training tokens it saw and on the validation split."""
+    """One run of :func:`width_sweep`: the model's width, its number of
+    weights, its seed and its final validation loss (nats per token)."""
 
-    share: float
+    width: int
+    weights: int
     seed: int
-    train_loss: float
     val_loss: float
 
 
-def data_size_sweep(data: TokenData, config: GPTConfig, setup: TrainSetup,
-                    shares: Sequence[float], seeds: Sequence[int],
-                    device=None) -> list[SweepRun]:
-    """Train one model per share of the training tokens (the first
-    ``share`` of them) and seed, all for ``setup.steps`` steps; measure each
-    on its own training tokens and on the validation split."""
+def width_sweep(data: TokenData, base: GPTConfig, widths: Sequence[int],
+                setup: TrainSetup, seeds: Sequence[int],
+                device=None) -> list[SweepRun]:
+    """Train ``base`` at every width of ``widths`` (``d_model``; the rest of
+    the shape kept) with every seed, all for ``setup.steps`` steps on the
+    same batches, and measure each on the validation split."""
     runs = []
-    for share in shares:
-        ids = data.train[: int(len(data.train) * share)]
-        part = TokenData(data.tokenizer, ids, data.val)
+    for width in widths:
+        config = replace(base, d_model=width, d_ff=None)
         for seed in seeds:
-            run = train_gpt(part, config, setup, seed, device=device)
-            count = setup.eval_windows
-            runs.append(SweepRun(
-                share, seed,
-                math.log(split_perplexity(run.model, part, "train",
-                                          setup.length, count=count)),
-                math.log(split_perplexity(run.model, part, "val",
-                                          setup.length, count=count))))
+            run = train_gpt(data, config, setup, seed, device=device)
+            weights = sum(p.numel() for p in run.model.parameters())
+            runs.append(SweepRun(width, weights, seed, run.val_loss[-1]))
     return runs
