@@ -42,10 +42,13 @@ def tokenizer() -> BPETokenizer:
 
 # ---------------------------------------------------------------- tokenizer
 
+ROUND_TRIP = BPETokenizer.train(TEXT, 290)
+
+
 @PROPERTY
 @given(st.text())
 def test_any_string_round_trips(text):
-    tok = BPETokenizer.train(TEXT, 290)
+    tok = ROUND_TRIP
     ids = tok.encode(text)
     assert tok.decode(ids) == text
     assert all(0 <= i < tok.vocab_size for i in ids)
@@ -308,12 +311,67 @@ def test_corpus_is_split_by_file_and_deterministic():
 def test_ngram_baselines_by_hand():
     tok = BPETokenizer.train("", 256)
     data = experiment.TokenData(tok, torch.tensor([1, 2, 1, 2, 1, 3]), torch.tensor([1, 2, 1]))
-    got = experiment.ngram_perplexities(data, mix=(0.5,))
+    windows = data.windows("val", 2)
+    assert windows.tolist() == [[1, 2, 1]]
+    got = experiment.ngram_perplexities(data, windows, mix=(0.5,))
     unigram = (torch.bincount(data.train, minlength=256).double() + 1) / (6 + 256)
     assert got["unigram"] == pytest.approx(float(1 / unigram[[2, 1]].prod().sqrt()))
     bigram = torch.tensor([2 / 3, 1.0], dtype=torch.float64)  # p(2 | 1), p(1 | 2)
     mixed = 0.5 * bigram + 0.5 * unigram[[2, 1]]
     assert got["bigram"] == pytest.approx(float(1 / mixed.prod().sqrt()))
+
+
+def test_windows_are_consecutive_and_cover_the_split():
+    tok = BPETokenizer.train("", 256)
+    data = experiment.TokenData(tok, torch.arange(20), torch.arange(11))
+    assert data.windows("val", 5).tolist() == [[0, 1, 2, 3, 4, 5], [5, 6, 7, 8, 9, 10]]
+    assert data.windows("train", 4, count=2).shape == (2, 5)
+    batch = next(experiment.random_batches(data.train, 3, 4, torch.Generator().manual_seed(0)))
+    assert batch.shape == (3, 5) and bool((batch.diff(dim=1) == 1).all())
+
+
+def test_bracket_pairs_follow_pythons_tokenizer():
+    text = 'f(a(b), "(")  # )\nx = [1, {2: 3}]\n'
+    tok = BPETokenizer.train(text * 3, 260)
+    ids = tok.encode(text)
+    pieces = [tok.decode([i]) for i in ids]
+    pairs = experiment.bracket_pairs(text, ids, tok)
+    opened = {"(": ")", "[": "]", "{": "}"}
+    assert len(pairs) == 4  # the bracket in the string and the one in the comment do not count
+    for closing, opening in pairs:
+        assert closing >= opening
+        assert any(pieces[closing].count(v) for v in opened.values())
+        assert any(pieces[opening].count(k) for k in opened)
+
+
+def test_bracket_scores_on_a_model_count_pairs_and_nesting():
+    torch.manual_seed(0)
+    text = "def f(a, b):\n    return g(h(a), b) + k(a)\n" * 12
+    tok = BPETokenizer.train(text, 280)
+    model = GPT(GPTConfig(tok.vocab_size, 16, 2, 1, 2, 32)).eval()
+    scores = experiment.bracket_scores(model, text, tok, 32, windows=8, batch_size=3)
+    assert scores.match.shape == (2, 2) and scores.pairs > 0 and scores.nested > 0
+    assert bool(((scores.match >= 0) & (scores.match <= 1)).all())
+
+
+def test_width_sweep_trains_every_width_and_seed():
+    tok = BPETokenizer.train(TEXT, 270)
+    ids = torch.tensor(tok.encode(TEXT))
+    data = experiment.TokenData(tok, ids, ids[:200])
+    base = GPTConfig(tok.vocab_size, 16, 2, 1, 1, 16)
+    setup = experiment.TrainSetup(steps=3, batch_size=2, length=16, warmup=1, eval_every=3,
+                                  eval_windows=2)
+    runs = experiment.width_sweep(data, base, [8, 16], setup, [0, 1])
+    assert [(r.width, r.seed) for r in runs] == [(8, 0), (8, 1), (16, 0), (16, 1)]
+    assert runs[0].weights < runs[2].weights and all(math.isfinite(r.val_loss) for r in runs)
+
+
+def test_files_are_cut_to_their_first_lines():
+    corpus = experiment.load_corpus(train_bytes=20_000, val_bytes=10_000, file_bytes=3_000)
+    for name in corpus.train_files[:3]:
+        assert name.endswith(".py")
+    chunks = corpus.train.split("\n")
+    assert len(corpus.train.encode()) <= 3_000 * len(corpus.train_files) + len(chunks)
 
 
 def test_head_scores_on_made_up_weights():
