@@ -296,9 +296,9 @@ def _count(vocab: int, d: int, layers: int, heads: int, kv: int, d_ff: int, *,
 
 def count_cases() -> list[Case]:
     return [
-        Case(args=(512, 96, 4, 4, 2, 256), label="the chapter's model: V=512, d=96, 4 "
-                                                 "layers, 4 heads, 2 key/value heads, "
-                                                 "d_ff=256"),
+        Case(args=(512, 128, 4, 4, 2, 344), label="the chapter's model: V=512, d=128, 4 "
+                                                  "layers, 4 heads, 2 key/value heads, "
+                                                  "d_ff=344"),
         Case(args=(32000, 4096, 32, 32, 8, 11008),
              label="V=32000, d=4096, 32 layers, 32 heads, 8 key/value heads, d_ff=11008"),
         Case(args=(100, 64, 2, 8, 8, 176), label="V=100, d=64, 2 layers, 8 heads, 8 "
