@@ -327,6 +327,19 @@ class SmallCNN(nn.Module):
         return self.head(x.mean(dim=(2, 3)))
 
 
+def _box_maps(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+    """``maps`` as ``(B, H, W)`` (a ``(B, 1, H, W)`` stack loses its axis of
+    one), checked against ``boxes (B, 4)``."""
+    if maps.dim() == 4 and maps.shape[1] == 1:
+        maps = maps[:, 0]
+    if maps.dim() != 3 or boxes.shape != (maps.shape[0], 4):
+        raise ValueError(
+            f"maps must be (B, H, W) or (B, 1, H, W) and boxes (B, 4); "
+            f"got maps {tuple(maps.shape)} and boxes {tuple(boxes.shape)}"
+        )
+    return maps
+
+
 def mass_in_boxes(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     """Share of each map's total mass that lies inside its box, ``(B,)``.
 
@@ -335,13 +348,7 @@ def mass_in_boxes(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     right exclusive. A map spread evenly scores the box's share of the image
     area (chance).
     """
-    if maps.dim() == 4 and maps.shape[1] == 1:
-        maps = maps[:, 0]
-    if maps.dim() != 3 or boxes.shape != (maps.shape[0], 4):
-        raise ValueError(
-            f"maps must be (B, H, W) or (B, 1, H, W) and boxes (B, 4); "
-            f"got maps {tuple(maps.shape)} and boxes {tuple(boxes.shape)}"
-        )
+    maps = _box_maps(maps, boxes)
     rows = torch.arange(maps.shape[1], device=maps.device)[None, :, None]
     cols = torch.arange(maps.shape[2], device=maps.device)[None, None, :]
     top, left, bottom, right = (boxes[:, i, None, None] for i in range(4))
@@ -356,13 +363,7 @@ def peak_in_boxes(maps: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
     ``(top, left, bottom, right)``, bottom and right exclusive. A position
     drawn at random is inside with probability box area / image area.
     """
-    if maps.dim() == 4 and maps.shape[1] == 1:
-        maps = maps[:, 0]
-    if maps.dim() != 3 or boxes.shape != (maps.shape[0], 4):
-        raise ValueError(
-            f"maps must be (B, H, W) or (B, 1, H, W) and boxes (B, 4); "
-            f"got maps {tuple(maps.shape)} and boxes {tuple(boxes.shape)}"
-        )
+    maps = _box_maps(maps, boxes)
     peak = maps.flatten(1).argmax(dim=1)
     row, col = peak // maps.shape[2], peak % maps.shape[2]
     top, left, bottom, right = boxes.to(maps.device).unbind(dim=1)

@@ -33,6 +33,21 @@ def server():
         yield started
 
 
+def _build(command: list[str], failed: str) -> None:
+    """Run one build command in the repository; fail the session's tests with its last 80
+    lines of output if it fails."""
+    result = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"},
+    )
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + "\n" + result.stderr).splitlines()[-80:])
+        pytest.fail(f"{failed} (exit {result.returncode}):\n{tail}")
+
+
 @pytest.fixture(scope="session")
 def built_book() -> Path:
     """Build the book with ``-W --keep-going`` (warnings are errors), then its Chinese
@@ -46,26 +61,9 @@ def built_book() -> Path:
     were busy (two ``yes`` loads on 2 cores took the build past an hour).
     """
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
-    result = subprocess.run(
-        [str(jupyter_book), "build", str(ROOT), "-W", "--keep-going"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"},
-    )
-    if result.returncode != 0:
-        tail = "\n".join((result.stdout + "\n" + result.stderr).splitlines()[-80:])
-        pytest.fail(f"jupyter-book build -W failed (exit {result.returncode}):\n{tail}")
+    _build([str(jupyter_book), "build", str(ROOT), "-W", "--keep-going"],
+           "jupyter-book build -W failed")
     # the Chinese edition, as `make book` builds it: -W, from the same execution cache
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "i18n.py"), "build"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"},
-    )
-    if result.returncode != 0:
-        tail = "\n".join((result.stdout + "\n" + result.stderr).splitlines()[-80:])
-        pytest.fail(f"the Chinese edition's build (-W) failed (exit {result.returncode}):\n"
-                    f"{tail}")
+    _build([sys.executable, str(ROOT / "scripts" / "i18n.py"), "build"],
+           "the Chinese edition's build (-W) failed")
     return BUILD_DIR

@@ -6,26 +6,37 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISE = "01_attention_pooling"
-SOLUTION = ROOT / "exercises" / "solutions" / f"{EXERCISE}.ipynb"
-LEARNER = ROOT / "exercises" / f"{EXERCISE}.ipynb"
+
+
+def solution_path(exercise_id: str) -> Path:
+    """The reference solution notebook of an exercise."""
+    return ROOT / "exercises" / "solutions" / f"{exercise_id}.ipynb"
+
+
+def learner_path(exercise_id: str) -> Path:
+    """The learner's notebook of an exercise."""
+    return ROOT / "exercises" / f"{exercise_id}.ipynb"
+
+
+SOLUTION = solution_path(EXERCISE)
+LEARNER = learner_path(EXERCISE)
 
 
 def solution_cells() -> list[str]:
     """The code cells of chapter 1's reference solution."""
-    nb = json.loads(SOLUTION.read_text(encoding="utf-8"))
-    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    return notebook_cells(SOLUTION)
 
 
 def learner_cells() -> list[str]:
-    nb = json.loads(LEARNER.read_text(encoding="utf-8"))
-    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    """The code cells of chapter 1's learner notebook."""
+    return notebook_cells(LEARNER)
 
 
 def write_notebook(path: Path, cells: list[str], exercise: str | None = EXERCISE) -> Path:
@@ -55,8 +66,16 @@ def notebook_cells(path: Path) -> list[str]:
     return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
 
 
-def solution_path(exercise_id: str) -> Path:
-    return ROOT / "exercises" / "solutions" / f"{exercise_id}.ipynb"
+def learner_starter(exercise_id: str, defines: str) -> str:
+    """The learner notebook's starter code: its one code cell holding ``defines`` (such as
+    ``"def chunked_attention"``), with the ``raise NotImplementedError`` line deleted, as
+    a learner first runs it."""
+    cells = notebook_cells(learner_path(exercise_id))
+    (cell,) = [c for c in cells if defines in c]
+    lines = cell.splitlines(keepends=True)
+    kept = [line for line in lines if "raise NotImplementedError" not in line]
+    assert len(kept) == len(lines) - 1, f"{defines}: one raise line expected"
+    return "".join(kept)
 
 
 def run_cells(cells: Sequence[str], filename: str = "notebook",
@@ -142,7 +161,12 @@ def listed_mistake_test(exercise_id: str) -> Callable[..., None]:
 class EditedSolution:
     """The solution notebook of one exercise with lines changed, as a learner would write
     them: ``drop`` leaves out the cells that hold one of its strings, ``skip`` runs no
-    cell that starts with one of its strings (the check cells would only print)."""
+    cell that starts with one of its strings (the check cells would only print).
+
+    Its :meth:`feedback` is ``run_checks``'s (the grader's own judgement) on one question
+    of the changed notebook; :meth:`tests` gives the tests that every mistake the spec
+    lists, made as such an edit, loses points with its own message.
+    """
 
     def __init__(self, exercise_id: str, drop: tuple[str, ...] = (),
                  skip: tuple[str, ...] = ("check(",)) -> None:
@@ -199,20 +223,89 @@ class EditedSolution:
                 test_every_listed_mistake_is_tested, test_listed_mistake_is_named)
 
 
-def grade_cells(exercise_id: str, folder: Path, cells: list[str], server) -> dict:
-    """The sandboxed grader's record of a notebook with these cells, by question id."""
+def graded_record(exercise_id: str, folder: Path, cells: list[str], server=None):
+    """The sandboxed grader's record of a notebook with these cells (written as
+    ``folder/<exercise_id>.ipynb``), with the limits the tests grade under."""
     from attention_course.grading.grader import grade_notebook
     from attention_course.grading.sandbox import Limits
 
     path = write_notebook(folder / f"{exercise_id}.ipynb", cells, exercise=exercise_id)
-    return {q.id: q for q in grade_notebook(path, limits=Limits(timeout=60),
-                                            server=server).questions}
+    return grade_notebook(path, limits=Limits(timeout=60), server=server)
 
 
-def replace_in_solution(exercise_id: str, old: str, new: str) -> list[str]:
-    """The solution notebook's code cells with ``old`` replaced by ``new`` (exactly once),
-    for grading a one-line mistake through the real grader."""
-    cells = notebook_cells(ROOT / "exercises" / "solutions" / f"{exercise_id}.ipynb")
-    joined = "\n\x00\n".join(cells)
-    assert joined.count(old) == 1, f"{old!r} occurs {joined.count(old)} times"
-    return joined.replace(old, new).split("\n\x00\n")
+def grade_cells(exercise_id: str, folder: Path, cells: list[str], server) -> dict:
+    """:func:`graded_record`'s questions, by id."""
+    return {q.id: q for q in graded_record(exercise_id, folder, cells, server).questions}
+
+
+def assert_each_question(record, expected: dict[str, tuple[int, str]]) -> None:
+    """The record ran without errors, and each question ``expected`` names kept exactly
+    its points and says its words: ``{question id: (points, words)}``."""
+    assert record.error is None and record.notebook_errors == [], record.error
+    graded = {q.id: (q.points, q.message) for q in record.questions}
+    for qid, (points, words) in expected.items():
+        assert graded[qid][0] == points and words in graded[qid][1], (qid, graded[qid])
+
+
+def replace_in_solution(exercise_id: str, *changes: tuple[str, str]) -> list[str]:
+    """The solution notebook's code cells with each ``(old, new)`` of ``changes`` made
+    (every ``old`` occurs exactly once), for grading mistakes through the real grader."""
+    return EditedSolution(exercise_id, skip=()).cells(*changes)
+
+
+def choice(key: str, old: str, new: str) -> tuple[str, str]:
+    """The change of a prediction's answer from ``old`` to ``new`` in its part ``key``
+    (the solution writes the answer as a dict of strings)."""
+    return f'"{key}": "{old}"', f'"{key}": "{new}"'
+
+
+def named_mistakes_test(exercise_id: str, listed: Sequence[tuple],
+                        not_listed: Sequence[tuple]) -> Callable[..., None]:
+    """A test, one case per row ``(question id, answer, words)``: the answer (the other
+    names from the solution) loses points, and its feedback holds the words. ``listed``
+    are mistakes the spec lists (their own message), ``not_listed`` the others (a
+    diagnosis that says what is off)."""
+    rows = [("listed", *m) for m in listed] + [("other", *m) for m in not_listed]
+
+    @pytest.mark.parametrize("kind, question_id, answer, words", rows,
+                             ids=[f"{k}-{q}-{i}" for i, (k, q, _, _) in enumerate(rows)])
+    def test_each_mistake_loses_points_with_a_message_that_names_it(kind, question_id, answer,
+                                                                     words):
+        """Listed mistakes get their own message; the others a diagnosis that says what is
+        off."""
+        result = lost(exercise_id, question_id, answer)
+        assert words in result.message, result.message
+
+    return test_each_mistake_loses_points_with_a_message_that_names_it
+
+
+def wrong_predictions(exercise_id: str, question_id: str) -> Iterator[tuple[str, dict]]:
+    """``(part, answer)`` for every part of a prediction (its answer a dict of choices) and
+    every other choice in that part: the right answer with that one part wrong."""
+    from attention_course.grading import get_exercise
+
+    question = get_exercise(exercise_id).question(question_id)
+    right = question.reference()
+    for part in right:
+        for option in question.choices:
+            if option != right[part]:
+                yield part, {**right, part: option}
+
+
+def each_wrong_choice_test(exercise_id: str, question_ids: Sequence[str]) -> Callable[..., None]:
+    """A test, one case per prediction: each of its :func:`wrong_predictions` loses that
+    part's points only, with a message of its own that does not give the answer."""
+    from attention_course.grading import get_exercise
+
+    @pytest.mark.parametrize("question_id", question_ids)
+    def test_every_wrong_choice_has_its_own_message(question_id):
+        question = get_exercise(exercise_id).question(question_id)
+        seen = set()
+        for part, answer in wrong_predictions(exercise_id, question_id):
+            result = lost(exercise_id, question_id, lambda answer=answer: answer)
+            assert result.points == question.points - question.parts[part]
+            message = result.message.split(": ", 1)[1]
+            assert "expected" not in message and message not in seen, message
+            seen.add(message)
+
+    return test_every_wrong_choice_has_its_own_message

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from module_helpers import copy_attention
 from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -395,21 +396,10 @@ def _make_pair(multihead, embed_dim=8, num_heads=2, bias=True, kdim=None, vdim=N
     with torch.no_grad():
         for p in ours.parameters():
             p.copy_(torch.randn(p.shape) * 0.5)
-        if ref._qkv_same_embed_dim:
-            ref.in_proj_weight.copy_(torch.cat(
-                [ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
-        else:
-            ref.q_proj_weight.copy_(ours.q_proj.weight)
-            ref.k_proj_weight.copy_(ours.k_proj.weight)
-            ref.v_proj_weight.copy_(ours.v_proj.weight)
-        if bias:
-            ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias,
-                                              ours.v_proj.bias]))
-            ref.out_proj.bias.copy_(ours.out_proj.bias)
-        else:
-            assert ours.q_proj.bias is None and ours.out_proj.bias is None
-            assert ours.k_proj.bias is None and ours.v_proj.bias is None
-        ref.out_proj.weight.copy_(ours.out_proj.weight)
+    if not bias:
+        assert ours.q_proj.bias is None and ours.out_proj.bias is None
+        assert ours.k_proj.bias is None and ours.v_proj.bias is None
+    copy_attention(ours, ref)
     return ours, ref
 
 

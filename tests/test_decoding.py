@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from module_helpers import seeded
 
 import attention_course.positions  # noqa: F401  (registers rope, alibi)
 from attention_course.decoding import (
@@ -26,10 +27,6 @@ from attention_course.transformer import Transformer
 PROPERTY = settings(max_examples=25, deadline=None)
 PAD, BOS, EOS, A, B = 0, 1, 2, 3, 4  # the stub's vocabulary
 NEG = float("-inf")
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 class TableModel:
@@ -173,29 +170,29 @@ def test_top_k_then_top_p():
 
 
 def test_sample_next_temperature_zero_and_near_zero_is_argmax():
-    logits = torch.randn(6, 9, generator=_gen(0)) * 3
+    logits = torch.randn(6, 9, generator=seeded(0)) * 3
     assert torch.equal(sample_next(logits, temperature=0.0), logits.argmax(-1))
     for seed in range(5):
-        torch.testing.assert_close(sample_next(logits, 1e-4, generator=_gen(seed)),
+        torch.testing.assert_close(sample_next(logits, 1e-4, generator=seeded(seed)),
                                    logits.argmax(-1))
-    assert torch.equal(sample_next(logits, top_k=1, generator=_gen(1)), logits.argmax(-1))
+    assert torch.equal(sample_next(logits, top_k=1, generator=seeded(1)), logits.argmax(-1))
 
 
 def test_sample_next_frequencies_follow_the_filtered_softmax():
     logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -5.0]).expand(20_000, 5)
-    draws = sample_next(logits, temperature=2.0, top_k=3, generator=_gen(2))
+    draws = sample_next(logits, temperature=2.0, top_k=3, generator=seeded(2))
     assert draws.shape == (20_000,) and draws.dtype == torch.long
     counts = torch.bincount(draws, minlength=5).float() / 20_000
     expected = torch.tensor([2.0, 1.0, 0.0]).div(2.0).softmax(-1)
     torch.testing.assert_close(counts[:3], expected, atol=0.015, rtol=0)
     assert counts[3:].sum() == 0
-    nucleus = sample_next(logits, top_p=0.5, generator=_gen(3))
+    nucleus = sample_next(logits, top_p=0.5, generator=seeded(3))
     assert torch.all(nucleus == 0)  # softmax: 0.64, 0.24, ...: the first alone reaches 0.5
 
 
 def test_sample_next_shapes_and_errors():
-    logits = torch.randn(2, 3, 7, generator=_gen(4))
-    assert sample_next(logits, generator=_gen(5)).shape == (2, 3)
+    logits = torch.randn(2, 3, 7, generator=seeded(4))
+    assert sample_next(logits, generator=seeded(5)).shape == (2, 3)
     with pytest.raises(ValueError, match="temperature"):
         sample_next(logits, temperature=-1.0)
     with pytest.raises(ValueError, match="top_k"):
@@ -216,10 +213,10 @@ def test_sample_decode():
     model = _model(1)
     greedy = model.greedy_decode(SOURCES, 1, 12)
     assert torch.equal(sample_decode(model, SOURCES, 1, 12, temperature=0.0), greedy)
-    cached = sample_decode(model, SOURCES, 1, 12, generator=_gen(6))
-    uncached = sample_decode(model, SOURCES, 1, 12, generator=_gen(6), use_cache=False)
+    cached = sample_decode(model, SOURCES, 1, 12, generator=seeded(6))
+    uncached = sample_decode(model, SOURCES, 1, 12, generator=seeded(6), use_cache=False)
     assert torch.equal(cached, uncached)
-    other = sample_decode(model, SOURCES, 1, 12, generator=_gen(7))
+    other = sample_decode(model, SOURCES, 1, 12, generator=seeded(7))
     assert not torch.equal(cached, other)
     assert cached.shape == (3, 15)
 
@@ -271,7 +268,7 @@ def test_search_goes_on_while_a_live_hypothesis_can_still_win():
 
 def _random_table(seed: int):
     def table(src, prefix):
-        p = (torch.rand(3, generator=_gen(hash((seed, src, prefix)) % 2**31)) + 0.05).tolist()
+        p = (torch.rand(3, generator=seeded(hash((seed, src, prefix)) % 2**31)) + 0.05).tolist()
         return [x / sum(p) for x in p]
 
     return table

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from module_helpers import seeded
 
 from attention_course import efficient
 from attention_course.efficient import (
@@ -46,13 +47,9 @@ TOLERANCE = {torch.float32: {"rtol": 1e-5, "atol": 1e-5},
              torch.float64: {"rtol": 1e-10, "atol": 1e-10}}
 
 
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 def _qkv(nq: int, nk: int, d: int = 8, dv: int | None = None, batch: int = 2, heads: int = 3,
          dtype: torch.dtype = torch.float32, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    g = _gen(seed)
+    g = seeded(seed)
     shapes = [(batch, heads, nq, d), (batch, heads, nk, d), (batch, heads, nk, dv or d)]
     return tuple(torch.randn(s, generator=g, dtype=dtype).requires_grad_() for s in shapes)
 
@@ -60,7 +57,7 @@ def _qkv(nq: int, nk: int, d: int = 8, dv: int | None = None, batch: int = 2, he
 def _output_and_grads(fn, query, key, value, **kwargs):
     """``fn``'s output and the gradients of a fixed random function of it w.r.t. q, k, v."""
     out = fn(query, key, value, **kwargs)
-    upstream = torch.randn(out.shape, generator=_gen(99)).to(out)
+    upstream = torch.randn(out.shape, generator=seeded(99)).to(out)
     return (out, *torch.autograd.grad(out, (query, key, value), upstream))
 
 
@@ -111,7 +108,7 @@ def test_causal_is_aligned_top_left():
 
 
 def test_non_contiguous_inputs_and_no_grad():
-    x = torch.randn(2, 10, 12, generator=_gen(1))
+    x = torch.randn(2, 10, 12, generator=seeded(1))
     heads = split_heads(x, 3)  # (2, 3, 10, 4), a transposed view
     assert not heads.is_contiguous()
     with torch.no_grad():
@@ -272,7 +269,7 @@ def test_step_memory_is_measured_in_a_process_of_its_own():
 @given(rows=st.integers(1, 5), sizes=st.lists(st.integers(1, 6), min_size=1, max_size=5),
        dv=st.integers(1, 4), masked=st.floats(0.0, 0.6), seed=st.integers(0, 1000))
 def test_online_softmax_equals_softmax_over_the_concatenation(rows, sizes, dv, masked, seed):
-    g = _gen(seed)
+    g = seeded(seed)
     total = sum(sizes)
     scores = 5 * torch.randn(2, rows, total, generator=g, dtype=torch.float64)
     scores = scores.masked_fill(torch.rand(scores.shape, generator=g) < masked, float("-inf"))
@@ -312,7 +309,7 @@ def test_online_softmax_row_with_nothing_seen_stays_empty():
 
 
 def test_recompute_probabilities_gives_the_softmax():
-    scores = torch.randn(3, 4, 10, generator=_gen(2), dtype=torch.float64)
+    scores = torch.randn(3, 4, 10, generator=seeded(2), dtype=torch.float64)
     scores[0, 0, 3:] = -math.inf
     lse = torch.logsumexp(scores, dim=-1)
     block = scores[..., 4:7].clone()
@@ -323,9 +320,9 @@ def test_recompute_probabilities_gives_the_softmax():
 
 
 def test_softmax_backward_equals_autograd():
-    scores = torch.randn(2, 5, 7, generator=_gen(3), dtype=torch.float64, requires_grad=True)
+    scores = torch.randn(2, 5, 7, generator=seeded(3), dtype=torch.float64, requires_grad=True)
     probs = torch.softmax(scores, dim=-1)
-    grad_probs = torch.randn(2, 5, 7, generator=_gen(4), dtype=torch.float64)
+    grad_probs = torch.randn(2, 5, 7, generator=seeded(4), dtype=torch.float64)
     (expected,) = torch.autograd.grad(probs, scores, grad_probs)
     delta = (probs * grad_probs).sum(-1)  # = rowsum(dO * O) when dP = dO V^T and O = P V
     torch.testing.assert_close(softmax_backward(probs.detach(), grad_probs.clone(), delta),

@@ -15,21 +15,21 @@ import math
 import pytest
 import torch
 from grading_helpers import (
-    ROOT,
     assert_named,
+    graded_record,
+    learner_path,
     notebook_cells,
     replace_in_solution,
     run_cells,
     solution_namespace,
-    write_notebook,
+    solution_path,
 )
 
 from attention_course.grading import get_exercise, run_checks
 from attention_course.grading.exercises import ex01_attention_pooling as spec
 
 EX = "01_attention_pooling"
-SOLUTION = ROOT / "exercises" / "solutions" / f"{EX}.ipynb"
-LEARNER = ROOT / "exercises" / f"{EX}.ipynb"
+SOLUTION, LEARNER = solution_path(EX), learner_path(EX)
 
 
 @pytest.fixture(scope="module")
@@ -516,14 +516,11 @@ def test_the_given_fit_is_the_one_the_grader_uses(solution):
 def test_the_grader_names_the_mistakes_too(tmp_path):
     """Through the sandboxed grader: a module that turns the bandwidth into a number and a
     wrong prediction lose exactly their points, with the same messages."""
-    from attention_course.grading.grader import grade_notebook
-
-    cells = replace_in_solution(EX, "self.log_bandwidth.exp()\n        scores",
-                                "self.log_bandwidth.exp().item()\n        scores")
-    joined = "\n\x00\n".join(cells).replace('return "training down, held-out up"',
-                                           'return "training down, held-out down"')
-    path = write_notebook(tmp_path / f"{EX}.ipynb", joined.split("\n\x00\n"))
-    record = grade_notebook(path)
+    cells = replace_in_solution(
+        EX, ("self.log_bandwidth.exp()\n        scores",
+             "self.log_bandwidth.exp().item()\n        scores"),
+        ('return "training down, held-out up"', 'return "training down, held-out down"'))
+    record = graded_record(EX, tmp_path, cells)
     by_id = {q.id: q for q in record.questions}
     assert record.score == record.max_score - 3, [q.message for q in record.questions]
     assert by_id["q3_module"].status == "error"

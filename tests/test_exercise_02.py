@@ -12,20 +12,19 @@ from __future__ import annotations
 import functools
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
 from grading_helpers import (
-    ROOT,
+    choice,
+    each_wrong_choice_test,
     grade_cells,
     judge,
+    learner_starter,
     lost,
-    notebook_cells,
+    named_mistakes_test,
     replace_in_solution,
 )
 from torch import nn
-
-from attention_course.grading import get_exercise
 
 EXERCISE = "02_scoring"
 
@@ -218,21 +217,8 @@ LISTED = [
 ]
 
 
-@pytest.mark.parametrize("question_id", ["q3_predict_long_keys", "q7_predict_softmax"])
-def test_every_wrong_choice_has_its_own_message(question_id):
-    question = get_exercise(EXERCISE).question(question_id)
-    right = question.reference()
-    seen = set()
-    for part in right:
-        for choice in question.choices:
-            if choice == right[part]:
-                continue
-            answer = {**right, part: choice}
-            result = feedback(question_id, lambda answer=answer: answer)
-            assert result.points == question.points - question.parts[part]
-            message = result.message.split(": ", 1)[1]
-            assert "expected" not in message and message not in seen, message
-            seen.add(message)
+test_every_wrong_choice_has_its_own_message = each_wrong_choice_test(
+    EXERCISE, ["q3_predict_long_keys", "q7_predict_softmax"])
 
 
 # --------------------------------------------------------------------------- not listed
@@ -338,16 +324,8 @@ NOT_LISTED = [
 ]
 
 
-MISTAKES = [("listed", *m) for m in LISTED] + [("other", *m) for m in NOT_LISTED]
-
-
-@pytest.mark.parametrize("kind, question_id, answer, words", MISTAKES,
-                         ids=[f"{k}-{q}-{i}" for i, (k, q, _, _) in enumerate(MISTAKES)])
-def test_each_mistake_loses_points_with_a_message_that_names_it(kind, question_id, answer,
-                                                                 words):
-    """Listed mistakes get their own message; the others a diagnosis that says what is off."""
-    result = feedback(question_id, answer)
-    assert words in result.message, result.message
+test_each_mistake_loses_points_with_a_message_that_names_it = named_mistakes_test(
+    EXERCISE, LISTED, NOT_LISTED)
 
 
 def test_partial_credit_per_part():
@@ -391,35 +369,21 @@ def test_hit_rates_says_when_the_cosine_it_calls_is_what_fails():
 
 
 def test_the_learners_starter_is_recognised_once_its_raise_line_is_gone():
-    cells = notebook_cells(ROOT / "exercises" / f"{EXERCISE}.ipynb")
-    (starter,) = [c for c in cells if c.startswith("def cosine_score")]
-    raise_statement = ('    raise NotImplementedError('
-                       '"delete this line, then fix the two bugs")\n')
-    assert starter.count(raise_statement) == 1
     namespace: dict = {"torch": torch}
-    exec(starter.replace(raise_statement, ""), namespace)
+    exec(learner_starter(EXERCISE, "def cosine_score"), namespace)
     result = feedback("q2_cosine_debug", namespace["cosine_score"])
     assert "across the sequence" in result.message
     assert "held-back" not in result.message  # a visible case shows it
 
 
 # --------------------------------------------------------------------------- the real grader
-def _grade(tmp_path, cells, server):
-    return grade_cells(EXERCISE, tmp_path, cells, server)
-
-
 def test_grader_names_one_line_mistakes(tmp_path, server):
-    cells = replace_in_solution(EXERCISE, "/ math.sqrt(q.shape[-1])", "")
-    joined = "\n\x00\n".join(cells)
-    for fixed, broken in [
+    cells = replace_in_solution(
+        EXERCISE, ("/ math.sqrt(q.shape[-1])", ""),
         ("q.norm(dim=-1, keepdim=True).clamp_min(1e-8)", "q.norm(dim=-1, keepdim=True)"),
         ("k.norm(dim=-1, keepdim=True).clamp_min(1e-8)", "k.norm(dim=-1, keepdim=True)"),
-        ('"add_constant": "same"', '"add_constant": "larger"'),
-    ]:
-        assert joined.count(fixed) == 1, fixed
-        joined = joined.replace(fixed, broken)
-    cells = joined.split("\n\x00\n")
-    graded = _grade(tmp_path, cells, server)
+        choice("add_constant", "same", "larger"))
+    graded = grade_cells(EXERCISE, tmp_path, cells, server)
     assert "sqrt(d) times too large" in graded["q1_scaled_dot"].message
     assert "still gives NaN" in graded["q2_cosine_debug"].message
     # hit_rates calls both: its own answer is right, so it passes all the same

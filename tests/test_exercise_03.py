@@ -10,17 +10,18 @@ through the real, sandboxed grader.
 from __future__ import annotations
 
 import functools
-import json
 import math
 
 import pytest
 import torch
 from grading_helpers import (
-    ROOT,
+    assert_each_question,
+    graded_record,
     judge,
+    learner_starter,
     listed_mistake_test,
     replace_in_solution,
-    write_notebook,
+    run_cells,
 )
 from grading_helpers import assert_named as named
 
@@ -228,12 +229,8 @@ UNLISTED_ATTENTION = {
 
 def test_learner_starter_with_only_the_raise_removed_fails_on_nan():
     """The learner's starter, run as given (the raise line deleted), names bug 1."""
-    nb = json.loads((ROOT / "exercises" / f"{E}.ipynb").read_text(encoding="utf-8"))
-    (source,) = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"
-                 and "def masked_attention" in "".join(c["source"])]
-    lines = [line for line in source.splitlines() if "raise NotImplementedError" not in line]
     namespace = {"math": math, "torch": torch}
-    exec("\n".join(lines), namespace)
+    exec(learner_starter(E, "def masked_attention"), namespace)
     result = judge(E, "q3_fix_attention", namespace["masked_attention"])
     assert_named(result, "still gets NaN weights")
 
@@ -430,9 +427,7 @@ ONE_LINE_EDITS = [
 @pytest.mark.parametrize(("question_id", "old", "new", "words"), ONE_LINE_EDITS,
                          ids=[f"{e[0]}-{i}" for i, e in enumerate(ONE_LINE_EDITS)])
 def test_one_line_edits_of_the_solution_are_named(capsys, question_id, old, new, words):
-    namespace: dict = {"__name__": "__main__"}
-    for source in replace_in_solution(E, old, new):
-        exec(compile(source, "edited solution", "exec"), namespace)
+    namespace = run_cells(replace_in_solution(E, (old, new)), "edited solution")
     (result,) = run_checks(E, question_id, namespace=namespace)
     assert_named(result, *words)
 
@@ -460,30 +455,13 @@ MISTAKES_IN_EVERY_QUESTION = [
 
 
 def test_the_grader_names_a_mistake_in_every_question(tmp_path):
-    from attention_course.grading.grader import grade_notebook
-    from attention_course.grading.sandbox import Limits
-
-    cells = None
-    for old, new in MISTAKES_IN_EVERY_QUESTION:
-        if cells is None:
-            cells = replace_in_solution(E, old, new)
-        else:
-            joined = "\n\x00\n".join(cells)
-            assert joined.count(old) == 1, old
-            cells = joined.replace(old, new).split("\n\x00\n")
-    path = write_notebook(tmp_path / "student.ipynb", cells, exercise=E)
-    record = grade_notebook(path, limits=Limits(timeout=60))
-    assert record.error is None and record.notebook_errors == []
-    by_id = {q.id: q for q in record.questions}
-    expected = {
+    record = graded_record(E, tmp_path, replace_in_solution(E, *MISTAKES_IN_EVERY_QUESTION))
+    assert_each_question(record, {
         "q1_masked_softmax": (0, "came out uniform"),
         "q2_padding_mask": (0, "stored as numbers"),
         "q3_fix_attention": (0, "still gets NaN weights"),
         "q4_predict_inverted": (2, "allows exactly the padding"),
         "q5_cached_causal_mask": (0, "top-left alignment"),
         "q6_count_allowed": (2, "counted only the real queries"),
-    }
-    for qid, (points, words) in expected.items():
-        assert by_id[qid].points == points, (qid, by_id[qid].message)
-        assert words in by_id[qid].message, (qid, by_id[qid].message)
+    })
     assert record.score == 4 and record.max_score == 15

@@ -18,15 +18,13 @@ import re
 import pytest
 import torch
 from grading_helpers import assert_named as named
+from grading_helpers import graded_record, replace_in_solution, solution_path, wrong_predictions
 from grading_helpers import judge as judge_answer
-from grading_helpers import replace_in_solution, solution_path, write_notebook
 
 from attention_course import metrics, seq2seq
 from attention_course.grading import get_exercise
 from attention_course.grading.exercises import ex04_seq2seq_attention as spec
-from attention_course.grading.grader import grade_notebook
 from attention_course.grading.make_learner import learner_notebook
-from attention_course.grading.sandbox import Limits
 
 EX = "04_seq2seq_attention"
 EXERCISE = get_exercise(EX)
@@ -315,15 +313,11 @@ def test_every_wrong_prediction_is_explained_without_giving_the_answer():
     for qid, answer, fn in (("q3_long", spec.LONG_ANSWER, "long_sentence_prediction"),
                             ("q5_padding_predict", spec.PADDING_ANSWER, "padding_prediction")):
         question = EXERCISE.question(qid)
-        for key, right in answer.items():
-            for choice in question.choices:
-                if choice == right:
-                    continue
-                result = judge(qid, lambda answer=answer, key=key, choice=choice:
-                               {**answer, key: choice})
-                assert result.points == question.points - question.parts[key], result
-                assert result.message.startswith(repr(key)), result.message
-                assert repr(right) not in result.message, result.message
+        for key, wrong in wrong_predictions(EX, qid):
+            result = judge(qid, lambda wrong=wrong: wrong)
+            assert result.points == question.points - question.parts[key], result
+            assert result.message.startswith(repr(key)), result.message
+            assert repr(answer[key]) not in result.message, result.message
         assert judge(qid, lambda answer=answer: dict(answer)).status == "passed", fn
 
 
@@ -528,10 +522,9 @@ def test_inverted_brevity_penalty_is_named_where_it_differs():
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """The real grader on the solution with one line of question 1 changed."""
-    cells = replace_in_solution(EX, "query = states[:, t - 1]  # s_(t-1)",
-                                "query = states[:, t]  # s_(t-1)")
-    path = write_notebook(tmp_path_factory.mktemp("ex04") / f"{EX}.ipynb", cells, exercise=EX)
-    return grade_notebook(path, limits=Limits(timeout=60))
+    cells = replace_in_solution(EX, ("query = states[:, t - 1]  # s_(t-1)",
+                                     "query = states[:, t]  # s_(t-1)"))
+    return graded_record(EX, tmp_path_factory.mktemp("ex04"), cells)
 
 
 def test_grader_names_the_current_state_and_the_dependency(graded):

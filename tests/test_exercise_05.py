@@ -14,17 +14,20 @@ import math
 
 import pytest
 import torch
-from grading_helpers import ROOT, notebook_cells, replace_in_solution, write_notebook
+from grading_helpers import (
+    graded_record,
+    learner_starter,
+    notebook_cells,
+    replace_in_solution,
+    solution_path,
+)
 from torch import nn
 
 from attention_course.grading import get_exercise, run_checks
 from attention_course.grading.exercises import ex05_multihead_attention as spec
-from attention_course.grading.grader import grade_notebook
-from attention_course.grading.sandbox import Limits
 
 EX = "05_multihead_attention"
-SOLUTION = ROOT / "exercises" / "solutions" / f"{EX}.ipynb"
-LEARNER = ROOT / "exercises" / f"{EX}.ipynb"
+SOLUTION = solution_path(EX)
 
 
 def _run(cells: list[str]) -> dict:
@@ -288,8 +291,8 @@ def test_a_broken_split_is_named_in_the_module_question_too():
     split is what fails (both the builds_on note and the recognised module), and the
     questions that do not use the split keep their points."""
     cells = replace_in_solution(
-        EX, "return x.view(batch, length, num_heads, dim // num_heads).transpose(1, 2)",
-        "return x.view(batch, num_heads, length, dim // num_heads)")
+        EX, ("return x.view(batch, length, num_heads, dim // num_heads).transpose(1, 2)",
+             "return x.view(batch, num_heads, length, dim // num_heads)"))
     namespace = _run(cells)
     with contextlib.redirect_stdout(io.StringIO()):
         results = {r.id: r for r in run_checks(EX, namespace=namespace)}
@@ -303,8 +306,8 @@ def test_a_broken_split_is_named_in_the_module_question_too():
 
 def test_a_broken_merge_is_named_in_the_module_question_too():
     cells = replace_in_solution(
-        EX, "return x.transpose(1, 2).reshape(batch, length, heads * head_dim)",
-        "return x.reshape(batch, length, heads * head_dim)")
+        EX, ("return x.transpose(1, 2).reshape(batch, length, heads * head_dim)",
+             "return x.reshape(batch, length, heads * head_dim)"))
     with contextlib.redirect_stdout(io.StringIO()):
         results = {r.id: r for r in run_checks(EX, namespace=_run(cells))}
     _assert_named(results["q2_merge_heads"], "features of different tokens are mixed")
@@ -351,10 +354,7 @@ def test_unlisted_mask_mistakes_get_useful_feedback(solution, answer, phrases):
 
 def test_the_starter_with_its_raise_line_deleted_is_recognised():
     """What a learner runs first: the learner's version of question 4, raise line deleted."""
-    learner = notebook_cells(LEARNER)
-    (index,) = [i for i, c in enumerate(learner) if "def torch_masks_to_ours" in c]
-    starter = "\n".join(line for line in learner[index].splitlines()
-                        if "raise NotImplementedError" not in line)
+    starter = learner_starter(EX, "def torch_masks_to_ours")
     namespace = _run(notebook_cells(SOLUTION)[:1] + [starter])
     _assert_named(_judge(namespace, "q4_torch_masks"), "exactly what the broken function gives")
 
@@ -531,7 +531,7 @@ EDITS = [
 def test_one_line_edits_of_the_solution_are_named(old, new, question_id, phrase):
     with contextlib.redirect_stdout(io.StringIO()):
         results = {r.id: r for r in run_checks(EX, namespace=_run(
-            replace_in_solution(EX, old, new)))}
+            replace_in_solution(EX, (old, new))))}
     _assert_named(results[question_id], phrase)
     assert [r.id for r in results.values() if not r.passed] == [question_id]
 
@@ -540,13 +540,12 @@ def test_one_line_edits_of_the_solution_are_named(old, new, question_id, phrase)
 def test_grader_names_the_mistakes_of_a_whole_notebook(tmp_path, server):
     """Through the sandboxed grader: an inverted mask in the module and a round-robin
     head assignment; everything else stays right."""
-    cells = replace_in_solution(EX, 'scores = scores.masked_fill(~attn_mask, float("-inf"))',
-                                'scores = scores.masked_fill(attn_mask, float("-inf"))')
-    joined = "\n\x00\n".join(cells).replace(
-        '"kv_head": torch.arange(num_heads) // group,',
-        '"kv_head": torch.arange(num_heads) % num_kv_heads,')
-    path = write_notebook(tmp_path / "mistakes.ipynb", joined.split("\n\x00\n"), exercise=EX)
-    graded = grade_notebook(path, limits=Limits(timeout=60), server=server)
+    cells = replace_in_solution(
+        EX, ('scores = scores.masked_fill(~attn_mask, float("-inf"))',
+             'scores = scores.masked_fill(attn_mask, float("-inf"))'),
+        ('"kv_head": torch.arange(num_heads) // group,',
+         '"kv_head": torch.arange(num_heads) % num_kv_heads,'))
+    graded = graded_record(EX, tmp_path, cells, server)
     by_id = {q.id: q for q in graded.questions}
     assert graded.score == graded.max_score - 4 - 1
     assert "True where attention is allowed" in by_id["q3_multihead"].message

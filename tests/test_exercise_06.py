@@ -1,20 +1,15 @@
-"""Exercise 6: typical mistakes, applied to the reference solution, lose points with a
-message that names them.
-
-Each mistake is the solution notebook with a line or two changed, as a learner would
-write it; its feedback comes from ``run_checks`` (the grader's own judgement) and, for a
-notebook holding several mistakes at once, from the sandboxed grader itself. The listed
-mistakes must get their own message from the spec; mistakes the spec does not list must
-still get feedback a learner can act on.
+"""Exercise 6 (the Transformer): every mistake the spec lists, made as an edit of the
+solution notebook (``EditedSolution``), loses points with its own message; unlisted
+edits (a transposed table, a mask without its head axis, a detached layer...) still get
+feedback a learner can act on; and one notebook with four mistakes goes through the
+sandboxed grader.
 """
 
 from __future__ import annotations
 
-from grading_helpers import EditedSolution, write_notebook
+from grading_helpers import EditedSolution, choice, graded_record
 
 from attention_course.grading import get_exercise, run_checks
-from attention_course.grading.grader import grade_notebook
-from attention_course.grading.sandbox import Limits
 
 EX = "06_transformer"
 EXERCISE = get_exercise(EX)
@@ -149,11 +144,11 @@ LISTED = [
      [(ATTEND, "mask = None if src_mask is None else ~src_mask\n"
                "        attended, _ = self.self_attn(x, x, x, attn_mask=mask)")]),
     ("q6_predict_equivariance", "padding_breaks",
-     [('"padding_mask": "equivariant"', '"padding_mask": "not equivariant"')]),
+     [choice("padding_mask", "equivariant", "not equivariant")]),
     ("q6_predict_equivariance", "table_ignored",
-     [('"positional_encoding": "not equivariant"', '"positional_encoding": "equivariant"')]),
+     [choice("positional_encoding", "not equivariant", "equivariant")]),
     ("q6_predict_equivariance", "causal_ignored",
-     [('"causal_mask": "not equivariant"', '"causal_mask": "equivariant"')]),
+     [choice("causal_mask", "not equivariant", "equivariant")]),
     ("q7_permutation_gaps", "original_order",
      [(GAP, "return (moved - original).abs().max().item()")]),
     ("q7_permutation_gaps", "inverse_permutation",
@@ -173,13 +168,13 @@ LISTED = [
     ("q7_permutation_gaps", "signed_gap", [(GAP, GAP.replace(".abs()", ""))]),
     ("q7_permutation_gaps", "mask_not_permuted",
      [(PADDING_RUN, "layer(x[:, perm], real[:, None, None, :]),")]),
-    ("q8_predict_tasks", "copy_impossible", [('"copy": "possible"', '"copy": "impossible"')]),
+    ("q8_predict_tasks", "copy_impossible", [choice("copy", "possible", "impossible")]),
     ("q8_predict_tasks", "reverse_possible",
-     [('"reverse": "impossible"', '"reverse": "possible"')]),
+     [choice("reverse", "impossible", "possible")]),
     ("q8_predict_tasks", "largest_impossible",
-     [('"largest": "possible"', '"largest": "impossible"')]),
+     [choice("largest", "possible", "impossible")]),
     ("q8_predict_tasks", "previous_possible",
-     [('"previous": "impossible"', '"previous": "possible"')]),
+     [choice("previous", "impossible", "possible")]),
 ]
 
 
@@ -192,8 +187,8 @@ def test_partial_credit_keeps_the_right_parts():
                       (TABLE_RUN, "layer((x + table)[:, perm]), layer(x + table)"))
     assert (result.points, result.max_points) == (2, 3)
     assert result.message.startswith("'positional_encoding'")
-    result = feedback("q8_predict_tasks", ('"reverse": "impossible"', '"reverse": "possible"'),
-                      ('"copy": "possible"', '"copy": "impossible"'))
+    result = feedback("q8_predict_tasks", choice("reverse", "impossible", "possible"),
+                      choice("copy", "possible", "impossible"))
     assert (result.points, result.max_points) == (2, 4)
 
 
@@ -348,7 +343,7 @@ def test_unlisted_table_in_the_causal_run_is_compared_part_by_part():
 
 def test_unlisted_answer_outside_the_choices_lists_them():
     result = feedback("q6_predict_equivariance",
-                      ('"causal_mask": "not equivariant"', '"causal_mask": "no"'))
+                      choice("causal_mask", "not equivariant", "no"))
     assert "'no' is not one of the choices: 'equivariant', 'not equivariant'" in result.message
     assert result.points == 2
 
@@ -364,11 +359,9 @@ def test_grader_names_the_mistakes_in_the_sandbox(tmp_path):
         (PE_ANGLE, "angle = position / 1000 ** (two_i / d_model)"),
         (EMBED_TABLE, "return x + pe_table[: x.shape[0]].unsqueeze(1)"),
         (MASK_RETURN, "return causal.expand(tgt_ids.shape[0], 1, -1, -1)"),
-        ('"causal_mask": "not equivariant"', '"causal_mask": "equivariant"'),
+        choice("causal_mask", "not equivariant", "equivariant"),
     )
-    (tmp_path / "learner").mkdir()
-    path = write_notebook(tmp_path / "learner" / f"{EX}.ipynb", cells, EX)
-    record = grade_notebook(path, limits=Limits(timeout=60))
+    record = graded_record(EX, tmp_path, cells)
     by_id = {q.id: q for q in record.questions}
     assert record.error is None and record.notebook_errors == []
     # q1, q3, q4 lose everything, q6 one part, q7 the part that uses the wrong table

@@ -1,21 +1,22 @@
-"""Exercise 8: typical mistakes, applied to the reference solution, lose points with a
-message that names them.
-
-Each mistake is the solution notebook with a line or two changed, as a learner would
-write it; its feedback comes from ``run_checks`` (the grader's own judgement) and, for a
-notebook holding several mistakes at once, from the sandboxed grader itself. The listed
-mistakes must get their own message from the spec; mistakes the spec does not list must
-still get feedback a learner can act on.
+"""Exercise 8 (positions): every mistake the spec lists, made as an edit of the solution
+notebook (``EditedSolution``), loses points with its own message; unlisted edits (another
+growth of the bias, reversed positions, a detached rotation...) still get feedback a
+learner can act on, and right answers written differently pass; one notebook with four
+mistakes goes through the sandboxed grader.
 """
 
 from __future__ import annotations
 
 import pytest
-from grading_helpers import ROOT, EditedSolution, notebook_cells, write_notebook
+from grading_helpers import (
+    EditedSolution,
+    choice,
+    graded_record,
+    learner_path,
+    notebook_cells,
+)
 
 from attention_course.grading import run_checks
-from attention_course.grading.grader import grade_notebook
-from attention_course.grading.sandbox import Limits
 
 EX = "08_positions"
 
@@ -45,10 +46,6 @@ SHARE = "return (1 - math.exp(-slope * w)) / (1 - math.exp(-slope * n))"
 G_ROW = "weights = torch.softmax(alibi(num_heads, n).double(), dim=-1)[:, -1]"
 G_FLIP = "nearest_first = weights.flip(-1).cumsum(-1)"
 G_COUNT = "rows.append((nearest_first < share - 1e-12).sum(-1) + 1)"
-
-
-def _choice(key: str, old: str, new: str) -> list[tuple[str, str]]:
-    return [(f'"{key}": "{old}"', f'"{key}": "{new}"')]
 
 
 # (question, mistake named in the spec, changes to the solution)
@@ -122,10 +119,10 @@ LISTED = [
     ("q4_recent_share", "single_key",
      [(SHARE, "return math.exp(-slope * (w - 1)) * (1 - math.exp(-slope)) / "
               "(1 - math.exp(-slope * n))")]),
-    ("q5_predict_swap", "none_last_different", _choice("none_last", "same", "different")),
-    ("q5_predict_swap", "rope_last_same", _choice("rope_last", "different", "same")),
-    ("q5_predict_swap", "alibi_last_same", _choice("alibi_last", "different", "same")),
-    ("q5_predict_swap", "none_first_same", _choice("none_first", "different", "same")),
+    ("q5_predict_swap", "none_last_different", [choice("none_last", "same", "different")]),
+    ("q5_predict_swap", "rope_last_same", [choice("rope_last", "different", "same")]),
+    ("q5_predict_swap", "alibi_last_same", [choice("alibi_last", "different", "same")]),
+    ("q5_predict_swap", "none_first_same", [choice("none_first", "different", "same")]),
     ("q6_alibi_reach", "not_normalised", [(G_ROW, "weights = alibi(num_heads, n).double()"
                                                    ".exp()[:, -1]")]),
     ("q6_alibi_reach", "oldest_first", [(G_FLIP, "nearest_first = weights.cumsum(-1)")]),
@@ -140,15 +137,15 @@ LISTED = [
 
 
 def test_a_wrong_prediction_keeps_the_right_parts():
-    result = feedback("q5_predict_swap", *_choice("rope_last", "different", "same"),
-                      *_choice("none_first", "different", "same"))
+    result = feedback("q5_predict_swap", choice("rope_last", "different", "same"),
+                      choice("none_first", "different", "same"))
     assert (result.points, result.max_points) == (2, 4)
     assert message_of("q5_predict_swap", "rope_last_same") in result.message
     assert message_of("q5_predict_swap", "none_first_same") in result.message
 
 
 def test_the_starter_scores_nothing_and_is_named():
-    learner = ROOT / "exercises" / f"{EX}.ipynb"
+    learner = learner_path(EX)
     cells = [c.replace('    raise NotImplementedError("fix the two bugs, then delete this '
                        'line")\n', "")
              for c in notebook_cells(learner)]
@@ -241,7 +238,7 @@ def test_unlisted_base_two_in_the_derivation_says_by_how_much():
 
 
 def test_unlisted_answer_outside_the_choices_lists_them():
-    result = feedback("q5_predict_swap", *_choice("alibi_last", "different", "changes"))
+    result = feedback("q5_predict_swap", choice("alibi_last", "different", "changes"))
     assert "'changes' is not one of the choices: 'same', 'different'" in result.message
     assert result.points == 3
 
@@ -316,11 +313,9 @@ def test_grader_names_the_mistakes_in_the_sandbox(tmp_path):
         (A_SLOPES, "slopes = 2.0 ** -h"),
         (R_SECOND, "    second = odd * angle.cos() - even * angle.sin()"),
         (SHARE, "return 1 - math.exp(-slope * w)"),
-        *_choice("none_last", "same", "different"),
+        choice("none_last", "same", "different"),
     )
-    (tmp_path / "learner").mkdir()
-    path = write_notebook(tmp_path / "learner" / f"{EX}.ipynb", cells, EX)
-    record = grade_notebook(path, limits=Limits(timeout=60))
+    record = graded_record(EX, tmp_path, cells)
     by_id = {q.id: q for q in record.questions}
     assert record.error is None and record.notebook_errors == []
     # q1, q2, q3 (calls q2), q4 and q6 (calls q1) lose everything, q5 one part

@@ -18,16 +18,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 from grading_helpers import (
-    ROOT,
+    choice,
+    each_wrong_choice_test,
     grade_cells,
     judge,
+    learner_path,
+    learner_starter,
     lost,
+    named_mistakes_test,
     notebook_cells,
     replace_in_solution,
 )
 
 from attention_course.device import seed_everything
-from attention_course.grading import get_exercise
 
 EXERCISE = "09_decoding"
 
@@ -226,20 +229,8 @@ LISTED = [
 ]
 
 
-def test_every_wrong_choice_has_its_own_message():
-    question = get_exercise(EXERCISE).question("q4_predict_mqa")
-    right = question.reference()
-    seen = set()
-    for part in right:
-        for choice in question.choices:
-            if choice == right[part]:
-                continue
-            answer = {**right, part: choice}
-            result = feedback("q4_predict_mqa", lambda answer=answer: answer)
-            assert result.points == question.points - question.parts[part]
-            message = result.message.split(": ", 1)[1]
-            assert "expected" not in message and message not in seen, message
-            seen.add(message)
+test_every_wrong_choice_has_its_own_message = each_wrong_choice_test(
+    EXERCISE, ["q4_predict_mqa"])
 
 
 # --------------------------------------------------------------------------- not listed
@@ -338,16 +329,8 @@ NOT_LISTED = [
 ]
 
 
-MISTAKES = [("listed", *m) for m in LISTED] + [("other", *m) for m in NOT_LISTED]
-
-
-@pytest.mark.parametrize("kind, question_id, answer, words", MISTAKES,
-                         ids=[f"{k}-{q}-{i}" for i, (k, q, _, _) in enumerate(MISTAKES)])
-def test_each_mistake_loses_points_with_a_message_that_names_it(kind, question_id, answer,
-                                                                 words):
-    """Listed mistakes get their own message; the others a diagnosis that says what is off."""
-    result = feedback(question_id, answer)
-    assert words in result.message, result.message
+test_each_mistake_loses_points_with_a_message_that_names_it = named_mistakes_test(
+    EXERCISE, LISTED, NOT_LISTED)
 
 
 def _step_float64_einsum(x_new, w_q, w_k, w_v, cache_k, cache_v):
@@ -415,11 +398,8 @@ def test_numbers_fitted_to_the_visible_cases_fail_the_held_back_ones():
 
 
 def test_the_learners_starter_is_recognised_once_its_raise_line_is_gone():
-    cells = notebook_cells(ROOT / "exercises" / f"{EXERCISE}.ipynb")
-    (starter,) = [c for c in cells if c.startswith("def chunked_attention")]
-    lines = [line for line in starter.splitlines() if "raise NotImplementedError" not in line]
     namespace: dict = {"torch": torch, "F": F}
-    exec("\n".join(lines), namespace)
+    exec(learner_starter(EXERCISE, "def chunked_attention"), namespace)
     result = feedback("q2_chunked_debug", namespace["chunked_attention"])
     assert "what the given code computes" in result.message
     assert "held-back" not in result.message  # a visible case shows it
@@ -448,7 +428,7 @@ def test_question_4s_experiment_comes_after_the_committed_prediction(capsys):
     """The learner's page shows nothing that computes or states question 4's answers
     before its check cell, and the experiment after it measures only once
     ``predict_mqa`` returns an answer."""
-    nb = json.loads((ROOT / "exercises" / f"{EXERCISE}.ipynb").read_text(encoding="utf-8"))
+    nb = json.loads(learner_path(EXERCISE).read_text(encoding="utf-8"))
     cells = [(c["cell_type"], "".join(c["source"])) for c in nb["cells"]]
     (check_at,) = [i for i, (kind, source) in enumerate(cells) if kind == "code"
                    and _flat(source) == _flat('check("09_decoding", predict_mqa)')]
@@ -470,29 +450,21 @@ def test_question_4s_experiment_comes_after_the_committed_prediction(capsys):
 
 def test_the_bottom_right_mask_is_shown_nowhere_on_the_learners_page():
     """Questions 1 and 2 ask for it; no visible cell writes it."""
-    for source in notebook_cells(ROOT / "exercises" / f"{EXERCISE}.ipynb"):
+    for source in notebook_cells(learner_path(EXERCISE)):
         assert ".tril(" not in source and "attn_mask" not in source, source[:60]
 
 
 # --------------------------------------------------------------------------- the real grader
-def _grade(tmp_path, cells, server):
-    return grade_cells(EXERCISE, tmp_path, cells, server)
-
-
 def test_grader_names_one_line_mistakes(tmp_path, server):
-    cells = replace_in_solution(EXERCISE, ".tril(num_keys - n)", ".tril(0)")
-    joined = "\n\x00\n".join(cells)
-    for fixed, broken in [
+    cells = replace_in_solution(
+        EXERCISE, (".tril(num_keys - n)", ".tril(0)"),
         ("torch.cat([cache_k, x_new @ w_k], dim=1)  # in position order",
          "torch.cat([x_new @ w_k, cache_k], dim=1)"),
         ("torch.cat([cache_v, x_new @ w_v], dim=1)\n        q = x_new @ w_q",
          "torch.cat([x_new @ w_v, cache_v], dim=1)\n        q = x_new @ w_q"),
-        ('"query_key_scores": "the same"', '"query_key_scores": "smaller"'),
-        ("h * per_head <= budget_bytes", "h * per_head < budget_bytes"),
-    ]:
-        assert joined.count(fixed) == 1, fixed
-        joined = joined.replace(fixed, broken)
-    graded = _grade(tmp_path, joined.split("\n\x00\n"), server)
+        choice("query_key_scores", "the same", "smaller"),
+        ("h * per_head <= budget_bytes", "h * per_head < budget_bytes"))
+    graded = grade_cells(EXERCISE, tmp_path, cells, server)
     assert "as if they were the first positions" in graded["q1_cached_step"].message
     assert "still go in front of the cache" in graded["q2_chunked_debug"].message
     assert graded["q4_predict_mqa"].points == 2
@@ -504,9 +476,9 @@ def test_grader_names_one_line_mistakes(tmp_path, server):
 
 def test_grader_refuses_the_chapters_modules(tmp_path, server):
     cells = replace_in_solution(
-        EXERCISE, "    # BEGIN SOLUTION\n    t = num_tokens",
-        "    # BEGIN SOLUTION\n    from attention_course import decoding  # noqa: F401\n"
-        "    t = num_tokens")
-    graded = _grade(tmp_path, cells, server)
+        EXERCISE, ("    # BEGIN SOLUTION\n    t = num_tokens",
+                   "    # BEGIN SOLUTION\n    from attention_course import decoding  # noqa: F401\n"
+                   "    t = num_tokens"))
+    graded = grade_cells(EXERCISE, tmp_path, cells, server)
     assert graded["q3_work"].status == "error"
     assert "write the code yourself" in graded["q3_work"].message

@@ -15,14 +15,17 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from grading_helpers import assert_named as named
 from grading_helpers import (
+    assert_each_question,
+    choice,
+    graded_record,
     judge,
     listed_mistake_test,
     replace_in_solution,
+    run_cells,
     solution_namespace,
-    write_notebook,
 )
+from grading_helpers import assert_named as named
 
 from attention_course.grading import get_exercise, run_checks
 
@@ -315,9 +318,7 @@ def test_debug_question_other_fixes(reference):
      "range(0, n_keys + block_size, block_size):  # every", ["raised"]),
 ])
 def test_one_line_edits_of_the_debugged_code_are_named(old, new, words):
-    namespace: dict = {"__name__": "__main__"}
-    for source in replace_in_solution(E, old, new):
-        exec(compile(source, "edited solution", "exec"), namespace)
+    namespace = run_cells(replace_in_solution(E, (old, new)), "edited solution")
     (result,) = run_checks(E, "q6_fix_blockwise", namespace=namespace)
     assert_named(result, *words)
 
@@ -454,7 +455,7 @@ MISTAKES_IN_EVERY_QUESTION = [
     # q3: every row computes every block
     ("        rows = n - start  # queries", "        rows = n  # queries"),
     # q4: the blockwise path thought quadratic
-    ('"blockwise": "about 2x"', '"blockwise": "about 4x"'),
+    choice("blockwise", "about 2x", "about 4x"),
     # q5: compared with non-causal attention
     ("    exact = F.scaled_dot_product_attention(query, key, value, is_causal=True)",
      "    exact = F.scaled_dot_product_attention(query, key, value)"),
@@ -462,17 +463,6 @@ MISTAKES_IN_EVERY_QUESTION = [
     ("        row_sum = rescale * row_sum + probs.sum(dim=-1)",
      "        row_sum = row_sum + probs.sum(dim=-1)"),
 ]
-
-
-def _solution_with(edits):
-    """The solution's code cells with every ``(old, new)`` edit made (each exactly once)."""
-    (old, new), *rest = edits
-    cells = replace_in_solution(E, old, new)
-    for old, new in rest:
-        joined = "\n\x00\n".join(cells)
-        assert joined.count(old) == 1, old
-        cells = joined.replace(old, new).split("\n\x00\n")
-    return cells
 
 
 GRADED = {  # question: (points left, words of the message)
@@ -486,14 +476,6 @@ GRADED = {  # question: (points left, words of the message)
 
 
 def test_the_grader_names_a_mistake_in_every_question(tmp_path):
-    from attention_course.grading.grader import grade_notebook
-    from attention_course.grading.sandbox import Limits
-
-    path = write_notebook(tmp_path / "student.ipynb", _solution_with(MISTAKES_IN_EVERY_QUESTION),
-                          exercise=E)
-    record = grade_notebook(path, limits=Limits(timeout=60))
-    assert record.error is None and record.notebook_errors == []
-    messages = {q.id: (q.points, q.message) for q in record.questions}
-    for qid, (points, words) in GRADED.items():
-        assert messages[qid][0] == points and words in messages[qid][1], (qid, messages[qid])
+    record = graded_record(E, tmp_path, replace_in_solution(E, *MISTAKES_IN_EVERY_QUESTION))
+    assert_each_question(record, GRADED)
     assert (record.score, record.max_score) == (4, 18)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from module_helpers import seeded
 
 from attention_course.masking import (
     OneLayerLM,
@@ -22,20 +23,16 @@ from attention_course.masking import (
 PROPERTY = settings(max_examples=40, deadline=None)
 
 
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 # ---------------------------------------------------------------- masked_softmax
 
 
 def test_masked_softmax_without_lengths_is_softmax():
-    scores = torch.randn(2, 3, 5, generator=_gen(0))
+    scores = torch.randn(2, 3, 5, generator=seeded(0))
     torch.testing.assert_close(masked_softmax(scores), torch.softmax(scores, dim=-1))
 
 
 def test_masked_softmax_per_sequence_lengths():
-    scores = torch.randn(2, 3, 5, generator=_gen(1))
+    scores = torch.randn(2, 3, 5, generator=seeded(1))
     weights = masked_softmax(scores, torch.tensor([2, 4]))
     assert torch.all(weights[0, :, 2:] == 0) and torch.all(weights[1, :, 4:] == 0)
     torch.testing.assert_close(weights[0, :, :2], torch.softmax(scores[0, :, :2], dim=-1))
@@ -43,7 +40,7 @@ def test_masked_softmax_per_sequence_lengths():
 
 
 def test_masked_softmax_per_query_lengths():
-    scores = torch.randn(2, 2, 4, generator=_gen(2))
+    scores = torch.randn(2, 2, 4, generator=seeded(2))
     lens = torch.tensor([[1, 3], [4, 2]])
     weights = masked_softmax(scores, lens)
     for b in range(2):
@@ -55,17 +52,17 @@ def test_masked_softmax_per_query_lengths():
 
 
 def test_masked_softmax_zero_length_row_is_zeros_with_zero_gradient():
-    scores = torch.randn(2, 3, 4, generator=_gen(3), requires_grad=True)
+    scores = torch.randn(2, 3, 4, generator=seeded(3), requires_grad=True)
     weights = masked_softmax(scores, torch.tensor([0, 2]))
     assert torch.all(weights[0] == 0)
     assert not torch.isnan(weights).any()
-    (weights * torch.randn(2, 3, 4, generator=_gen(4))).sum().backward()
+    (weights * torch.randn(2, 3, 4, generator=seeded(4))).sum().backward()
     assert torch.isfinite(scores.grad).all()
     assert torch.all(scores.grad[0] == 0)
 
 
 def test_masked_softmax_accepts_lists_and_whole_floats_and_head_dims():
-    scores = torch.randn(2, 4, 3, 5, generator=_gen(5))  # (B, heads, Nq, Nk)
+    scores = torch.randn(2, 4, 3, 5, generator=seeded(5))  # (B, heads, Nq, Nk)
     w_list = masked_softmax(scores, [2, 5])
     w_float = masked_softmax(scores, torch.tensor([2.0, 5.0]))
     torch.testing.assert_close(w_list, w_float)
@@ -75,7 +72,7 @@ def test_masked_softmax_accepts_lists_and_whole_floats_and_head_dims():
 
 
 def test_masked_softmax_length_above_nk_keeps_everything():
-    scores = torch.randn(1, 2, 3, generator=_gen(6))
+    scores = torch.randn(1, 2, 3, generator=seeded(6))
     torch.testing.assert_close(masked_softmax(scores, [7]), torch.softmax(scores, -1))
 
 
@@ -112,7 +109,7 @@ def scores_and_lengths(draw):
         draw(st.lists(st.integers(0, nk), min_size=math.prod(shape), max_size=math.prod(shape)))
     ).reshape(shape)
     scale = draw(st.sampled_from([1.0, 10.0, 1e3]))
-    scores = torch.randn(b, nq, nk, generator=_gen(draw(st.integers(0, 10_000)))) * scale
+    scores = torch.randn(b, nq, nk, generator=seeded(draw(st.integers(0, 10_000)))) * scale
     return scores, lens
 
 
@@ -204,7 +201,7 @@ def test_combine_masks_broadcasts_with_and():
 
 
 def _qkv(*lead, nq=4, nk=5, d=8, dv=6, seed=0, dtype=torch.float32):
-    g = _gen(seed)
+    g = seeded(seed)
     q = torch.randn(*lead, nq, d, generator=g).to(dtype)
     k = torch.randn(*lead, nk, d, generator=g).to(dtype)
     v = torch.randn(*lead, nk, dv, generator=g).to(dtype)
@@ -212,7 +209,7 @@ def _qkv(*lead, nq=4, nk=5, d=8, dv=6, seed=0, dtype=torch.float32):
 
 
 def _allowing_mask(shape, seed, p=0.4):
-    mask = torch.rand(shape, generator=_gen(seed)) > p
+    mask = torch.rand(shape, generator=seeded(seed)) > p
     mask[..., 0] = True  # no fully masked row: PyTorch's answer there depends on its version
     return mask
 
@@ -238,7 +235,7 @@ def test_sdpa_matches_pytorch_with_bool_mask(mask_shape):
 
 def test_sdpa_matches_pytorch_with_float_mask():
     q, k, v = _qkv(2, 3, seed=4)
-    bias = torch.randn(2, 1, 4, 5, generator=_gen(5))
+    bias = torch.randn(2, 1, 4, 5, generator=seeded(5))
     bias = bias.masked_fill(~_allowing_mask((2, 1, 4, 5), seed=6), float("-inf"))
     out, weights = scaled_dot_product_attention(q, k, v, attn_mask=bias)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
@@ -386,7 +383,7 @@ def test_sdpa_mismatched_qkv_shapes_are_rejected():
 
 
 def _ids(batch, length, vocab, seed):
-    return torch.randint(0, vocab, (batch, length), generator=_gen(seed))
+    return torch.randint(0, vocab, (batch, length), generator=seeded(seed))
 
 
 def test_one_layer_lm_shapes_and_padded_keys():
@@ -428,7 +425,7 @@ def test_one_layer_lm_without_the_mask_learns_to_copy_the_answer():
         torch.manual_seed(2)
         model = OneLayerLM(vocab, d_model=16, max_len=length)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-        g = _gen(32)
+        g = seeded(32)
         for _ in range(150):
             ids = torch.randint(0, vocab, (32, length + 1), generator=g)
             lens = torch.full((32,), length)

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from module_helpers import copy_attention, seeded
 from torch import nn
 
 from attention_course.decoding import KVCache
@@ -17,29 +18,13 @@ from attention_course.positions import ALiBi, Rotary
 PROPERTY = settings(max_examples=30, deadline=None)
 
 
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 def _pair(embed_dim: int, num_heads: int, kdim=None, vdim=None, bias=True, seed=0):
     """Our module and torch's, with the same weights (torch's copied from ours)."""
     torch.manual_seed(seed)
     ours = MultiHeadAttention(embed_dim, num_heads, bias=bias, kdim=kdim, vdim=vdim)
     ref = nn.MultiheadAttention(embed_dim, num_heads, bias=bias, kdim=kdim, vdim=vdim,
                                 batch_first=True)
-    with torch.no_grad():
-        if ref.in_proj_weight is not None:
-            ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight,
-                                                ours.v_proj.weight]))
-        else:
-            ref.q_proj_weight.copy_(ours.q_proj.weight)
-            ref.k_proj_weight.copy_(ours.k_proj.weight)
-            ref.v_proj_weight.copy_(ours.v_proj.weight)
-        if bias:
-            ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias,
-                                              ours.v_proj.bias]))
-            ref.out_proj.bias.copy_(ours.out_proj.bias)
-        ref.out_proj.weight.copy_(ours.out_proj.weight)
+    copy_attention(ours, ref)
     return ours, ref
 
 
@@ -47,7 +32,7 @@ def _pair(embed_dim: int, num_heads: int, kdim=None, vdim=None, bias=True, seed=
 @pytest.mark.parametrize("bias", [True, False])
 def test_self_attention_equals_torch(need_weights, bias):
     ours, ref = _pair(32, 4, bias=bias)
-    x = torch.randn(3, 7, 32, generator=_gen(0))
+    x = torch.randn(3, 7, 32, generator=seeded(0))
     out, weights = ours(x, x, x, need_weights=need_weights)
     ref_out, ref_weights = ref(x, x, x, need_weights=True, average_attn_weights=False)
     torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
@@ -61,7 +46,7 @@ def test_self_attention_equals_torch(need_weights, bias):
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_padding_mask_equals_torch_key_padding_mask(need_weights):
     ours, ref = _pair(24, 3)
-    x = torch.randn(3, 6, 24, generator=_gen(1))
+    x = torch.randn(3, 6, 24, generator=seeded(1))
     real = padding_mask(torch.tensor([6, 2, 4]), 6)  # True on real tokens (our convention)
     out, weights = ours(x, x, x, attn_mask=real[:, None, None, :], need_weights=need_weights)
     # torch's key_padding_mask is True where a key is IGNORED: the opposite meaning.
@@ -76,7 +61,7 @@ def test_padding_mask_equals_torch_key_padding_mask(need_weights):
 @pytest.mark.parametrize("as_mask", [False, True])
 def test_causal_equals_torch(need_weights, as_mask):
     ours, ref = _pair(16, 2)
-    x = torch.randn(2, 5, 16, generator=_gen(2))
+    x = torch.randn(2, 5, 16, generator=seeded(2))
     if as_mask:
         out, weights = ours(x, x, x, attn_mask=causal_mask(5), need_weights=need_weights)
     else:
@@ -91,7 +76,7 @@ def test_causal_equals_torch(need_weights, as_mask):
 
 def test_causal_and_padding_together_equal_torch():
     ours, ref = _pair(16, 4)
-    x = torch.randn(2, 5, 16, generator=_gen(3))
+    x = torch.randn(2, 5, 16, generator=seeded(3))
     real = padding_mask(torch.tensor([5, 3]), 5)
     out, weights = ours(x, x, x, attn_mask=real[:, None, None, :], is_causal=True,
                         need_weights=True)
@@ -104,8 +89,8 @@ def test_causal_and_padding_together_equal_torch():
 
 def test_float_mask_equals_torch():
     ours, ref = _pair(16, 2)
-    x = torch.randn(2, 4, 16, generator=_gen(4))
-    bias = torch.randn(4, 4, generator=_gen(5))
+    x = torch.randn(2, 4, 16, generator=seeded(4))
+    bias = torch.randn(4, 4, generator=seeded(5))
     for need in (False, True):
         out, _ = ours(x, x, x, attn_mask=bias, need_weights=need)
         torch.testing.assert_close(out, ref(x, x, x, attn_mask=bias)[0], rtol=1e-5, atol=1e-5)
@@ -113,7 +98,7 @@ def test_float_mask_equals_torch():
 
 def test_per_head_mask_broadcasts_over_batch():
     ours, _ = _pair(16, 2)
-    x = torch.randn(3, 4, 16, generator=_gen(6))
+    x = torch.randn(3, 4, 16, generator=seeded(6))
     per_head = torch.stack([causal_mask(4), torch.ones(4, 4, dtype=torch.bool)])[None]
     _, weights = ours(x, x, x, attn_mask=per_head, need_weights=True)
     assert torch.all(weights[:, 0].triu(1) == 0) and torch.all(weights[:, 1] > 0)
@@ -122,9 +107,9 @@ def test_per_head_mask_broadcasts_over_batch():
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_cross_attention_with_other_dims_equals_torch(need_weights):
     ours, ref = _pair(24, 4, kdim=10, vdim=7)
-    query = torch.randn(2, 3, 24, generator=_gen(7))
-    key = torch.randn(2, 5, 10, generator=_gen(8))
-    value = torch.randn(2, 5, 7, generator=_gen(9))
+    query = torch.randn(2, 3, 24, generator=seeded(7))
+    key = torch.randn(2, 5, 10, generator=seeded(8))
+    value = torch.randn(2, 5, 7, generator=seeded(9))
     out, weights = ours(query, key, value, need_weights=need_weights)
     ref_out, ref_weights = ref(query, key, value, average_attn_weights=False)
     assert out.shape == (2, 3, 24)
@@ -136,7 +121,7 @@ def test_cross_attention_with_other_dims_equals_torch(need_weights):
 
 def test_gradients_equal_torch():
     ours, ref = _pair(16, 4)
-    x1 = torch.randn(2, 6, 16, generator=_gen(10), requires_grad=True)
+    x1 = torch.randn(2, 6, 16, generator=seeded(10), requires_grad=True)
     x2 = x1.detach().clone().requires_grad_(True)
     real = padding_mask(torch.tensor([6, 4]), 6)
     ours(x1, x1, x1, attn_mask=real[:, None, None, :])[0].square().sum().backward()
@@ -173,14 +158,14 @@ def test_explicit_and_fused_paths_agree(batch, nq, nk, heads, head_dim, causal, 
 
 def test_unbatched_input():
     module, _ = _pair(8, 2)
-    x = torch.randn(5, 8, generator=_gen(11))
+    x = torch.randn(5, 8, generator=seeded(11))
     out, weights = module(x, x, x, need_weights=True)
     assert out.shape == (5, 8) and weights.shape == (2, 5, 5)
     torch.testing.assert_close(out, module(x[None], x[None], x[None])[0][0])
 
 
 def test_split_and_merge_heads_are_inverse():
-    x = torch.randn(2, 5, 12, generator=_gen(12))
+    x = torch.randn(2, 5, 12, generator=seeded(12))
     heads = split_heads(x, 3)
     assert heads.shape == (2, 3, 5, 4)
     torch.testing.assert_close(heads[:, 1], x[..., 4:8])  # head 1 holds features 4..7
@@ -190,7 +175,7 @@ def test_split_and_merge_heads_are_inverse():
 def test_heads_are_independent_slices():
     """Each head's output depends only on its own slice of the projected values."""
     module, _ = _pair(8, 2)
-    x = torch.randn(1, 4, 8, generator=_gen(13))
+    x = torch.randn(1, 4, 8, generator=seeded(13))
     with torch.no_grad():
         module.out_proj.weight.copy_(torch.eye(8))
         module.out_proj.bias.zero_()
@@ -203,7 +188,7 @@ def test_heads_are_independent_slices():
 
 def test_dropout_only_in_training():
     module = MultiHeadAttention(8, 2, dropout=0.5)
-    x = torch.randn(2, 6, 8, generator=_gen(14))
+    x = torch.randn(2, 6, 8, generator=seeded(14))
     module.eval()
     a, b = module(x, x, x)[0], module(x, x, x)[0]
     torch.testing.assert_close(a, b)
@@ -297,7 +282,7 @@ def test_gqa_with_as_many_kv_heads_is_ordinary_mha():
     gqa = MultiHeadAttention(16, 4, num_kv_heads=4)
     mha = MultiHeadAttention(16, 4)
     mha.load_state_dict(gqa.state_dict())
-    x = torch.randn(2, 5, 16, generator=_gen(20))
+    x = torch.randn(2, 5, 16, generator=seeded(20))
     for need in (False, True):
         out, weights = gqa(x, x, x, is_causal=True, need_weights=need)
         expected, expected_w = mha(x, x, x, is_causal=True, need_weights=need)
@@ -339,7 +324,7 @@ def test_gqa_query_heads_share_kv_heads_in_groups():
     with torch.no_grad():
         module.q_proj.weight.copy_(torch.eye(16))
         module.q_proj.bias.zero_()
-    x = torch.randn(1, 3, 16, generator=_gen(21))
+    x = torch.randn(1, 3, 16, generator=seeded(21))
     _, weights = module(x, x, x, need_weights=True)
     keys = module.k_proj(x).view(1, 3, 2, 4).transpose(1, 2)  # (1, kv heads, 3, 4)
     queries = x.view(1, 3, 4, 4).transpose(1, 2)
@@ -351,7 +336,7 @@ def test_gqa_query_heads_share_kv_heads_in_groups():
 def test_multi_query_attention_has_one_kv_head():
     module = MultiHeadAttention(32, 8, num_kv_heads=1, bias=False)
     assert module.k_proj.weight.shape == (4, 32) and module.v_proj.weight.shape == (4, 32)
-    x = torch.randn(2, 5, 32, generator=_gen(22))
+    x = torch.randn(2, 5, 32, generator=seeded(22))
     torch.testing.assert_close(module(x, x, x)[0], _repeated_kv(module)(x, x, x)[0],
                                rtol=1e-5, atol=1e-5)
 
@@ -362,7 +347,7 @@ def test_gqa_without_the_kernels_enable_gqa(monkeypatch):
 
     torch.manual_seed(2)
     module = MultiHeadAttention(16, 4, num_kv_heads=2)
-    x = torch.randn(2, 5, 16, generator=_gen(23))
+    x = torch.randn(2, 5, 16, generator=seeded(23))
     expected = module(x, x, x, is_causal=True)[0]
     monkeypatch.setattr(multihead, "_SDPA_GQA", False)
     torch.testing.assert_close(module(x, x, x, is_causal=True)[0], expected)
@@ -372,7 +357,7 @@ def test_gqa_takes_the_fused_kernel():
     from torch.profiler import ProfilerActivity, profile
 
     module = MultiHeadAttention(16, 4, num_kv_heads=2).eval()
-    x = torch.randn(2, 5, 16, generator=_gen(24))
+    x = torch.randn(2, 5, 16, generator=seeded(24))
     with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
         module(x, x, x)
     assert "aten::scaled_dot_product_attention" in {event.name for event in prof.events()}
@@ -395,7 +380,7 @@ def test_cached_steps_equal_full_causal_attention(positional, kv_heads, need_wei
     torch.manual_seed(3)
     positions = {None: None, "rope": Rotary(), "alibi": ALiBi()}[positional]
     module = MultiHeadAttention(16, 4, num_kv_heads=kv_heads, positions=positions)
-    x = torch.randn(2, 6, 16, generator=_gen(25))
+    x = torch.randn(2, 6, 16, generator=seeded(25))
     expected, expected_w = module(x, x, x, is_causal=True, need_weights=True)
     cache = KVCache()
     outputs, start = [], 0
@@ -416,7 +401,7 @@ def test_cached_steps_equal_full_causal_attention(positional, kv_heads, need_wei
 def test_cache_with_a_padding_mask_over_every_key():
     torch.manual_seed(4)
     module = MultiHeadAttention(8, 2)
-    x = torch.randn(2, 4, 8, generator=_gen(26))
+    x = torch.randn(2, 4, 8, generator=seeded(26))
     real = padding_mask(torch.tensor([4, 2]), 4)[:, None, None, :]
     expected, _ = module(x, x, x, attn_mask=real, is_causal=True)
     cache = KVCache()
@@ -428,8 +413,8 @@ def test_cache_with_a_padding_mask_over_every_key():
 def test_static_cache_projects_the_memory_once():
     torch.manual_seed(5)
     module = MultiHeadAttention(8, 2, kdim=6, vdim=6)
-    memory = torch.randn(2, 5, 6, generator=_gen(27))
-    y = torch.randn(2, 3, 8, generator=_gen(28))
+    memory = torch.randn(2, 5, 6, generator=seeded(27))
+    y = torch.randn(2, 3, 8, generator=seeded(28))
     expected, _ = module(y, memory, memory)
     cache = KVCache(static=True)
     first, _ = module(y[:, :1], memory, memory, cache=cache)
@@ -462,7 +447,7 @@ def test_cache_errors():
 def test_lookup_batch_pairs_every_colour_and_sets_the_targets():
     from attention_course.experiments.multihead import IGNORE, lookup_batch
 
-    batch = lookup_batch(50, length=10, num_values=5, generator=_gen(0))
+    batch = lookup_batch(50, length=10, num_values=5, generator=seeded(0))
     assert all(t.shape == (50, 10) for t in batch)
     counts = torch.stack([torch.bincount(row, minlength=5) for row in batch.colours])
     assert (counts == 2).all()  # five colours, each exactly twice
@@ -474,7 +459,7 @@ def test_lookup_batch_pairs_every_colour_and_sets_the_targets():
     assert (batch.previous[:, 0] == IGNORE).all()
     assert (batch.previous[:, 1:] == batch.values[:, :-1]).all()
     assert batch.values.max() < 5
-    again = lookup_batch(50, length=10, num_values=5, generator=_gen(0))
+    again = lookup_batch(50, length=10, num_values=5, generator=seeded(0))
     assert all(torch.equal(a, b) for a, b in zip(batch, again, strict=True))
 
 
@@ -492,7 +477,7 @@ def test_lookup_model_shapes_and_input_check():
 
     torch.manual_seed(0)
     model = LookupModel(num_heads=4, embed_dim=16, length=8, num_values=6)
-    batch = lookup_batch(3, length=8, num_values=6, generator=_gen(1))
+    batch = lookup_batch(3, length=8, num_values=6, generator=seeded(1))
     previous, partner, weights = model(batch.colours, batch.values, need_weights=True)
     assert previous.shape == partner.shape == (3, 8, 6)
     assert weights.shape == (3, 4, 8, 8)
@@ -523,7 +508,7 @@ def test_head_diversity_is_zero_for_equal_heads_and_one_for_disjoint_ones():
 def test_head_roles_measure_weight_on_the_previous_token_and_the_partner():
     from attention_course.experiments.multihead import head_roles, lookup_batch
 
-    batch = lookup_batch(4, length=6, generator=_gen(2))
+    batch = lookup_batch(4, length=6, generator=seeded(2))
     n = 6
     previous_map = torch.eye(n).roll(-1, 1).expand(4, n, n)   # row i -> key i - 1
     partner_map = F.one_hot(batch.partner, n).float()
@@ -539,7 +524,7 @@ def test_head_roles_measure_weight_on_the_previous_token_and_the_partner():
 def test_train_lookup_learns_and_records_validation():
     from attention_course.experiments.multihead import head_count_experiment, lookup_batch
 
-    validation = lookup_batch(64, length=6, num_values=4, generator=_gen(3))
+    validation = lookup_batch(64, length=6, num_values=4, generator=seeded(3))
     threads = torch.get_num_threads()
     runs = head_count_experiment([2], [0], validation, steps=120, eval_every=40,
                                  embed_dim=16, num_values=4, progress=False,

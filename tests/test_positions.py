@@ -10,6 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from module_helpers import seeded
 
 from attention_course.experiments.positions import (
     IGNORE,
@@ -41,10 +42,6 @@ IN_ATTENTION = {"rope": Rotary(), "alibi": ALiBi()}
 PROPERTY = settings(max_examples=30, deadline=None)
 
 
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 def _rotate_by_hand(x: torch.Tensor, p: float, base: float = 10000.0) -> torch.Tensor:
     """One vector ``x (d,)`` at position ``p``, pair by pair, in float64."""
     d = x.numel()
@@ -61,7 +58,7 @@ def _rotate_by_hand(x: torch.Tensor, p: float, base: float = 10000.0) -> torch.T
 
 
 def test_rotary_matches_the_formula_pair_by_pair():
-    x = torch.randn(2, 5, 8, generator=_gen(0))
+    x = torch.randn(2, 5, 8, generator=seeded(0))
     out = rotary_embedding(x)
     assert out.shape == x.shape and out.dtype == x.dtype
     for b in range(2):
@@ -75,7 +72,7 @@ def test_rotary_matches_the_formula_pair_by_pair():
 
 def test_rotary_equals_the_complex_number_view():
     """Pair i is the complex number x[2i] + 1j x[2i+1], multiplied by exp(1j p theta_i)."""
-    x = torch.randn(3, 7, 10, generator=_gen(1), dtype=torch.float64)
+    x = torch.randn(3, 7, 10, generator=seeded(1), dtype=torch.float64)
     positions = torch.tensor([0, 3, 1, 9, 100, 2, 7])
     theta = 10000.0 ** (-torch.arange(0, 10, 2, dtype=torch.float64) / 10)
     z = torch.view_as_complex(x.reshape(3, 7, 5, 2).contiguous())
@@ -87,8 +84,8 @@ def test_rotary_equals_the_complex_number_view():
 @PROPERTY
 @given(seed=st.integers(0, 10_000), d=st.sampled_from([2, 4, 8, 64]), n=st.integers(1, 6))
 def test_rotary_keeps_norms_and_position_zero_is_identity(seed, d, n):
-    x = torch.randn(2, n, d, generator=_gen(seed))
-    positions = torch.randint(0, 5000, (n,), generator=_gen(seed + 1))
+    x = torch.randn(2, n, d, generator=seeded(seed))
+    positions = torch.randint(0, 5000, (n,), generator=seeded(seed + 1))
     out = rotary_embedding(x, positions)
     torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(rotary_embedding(x, torch.zeros(n, dtype=torch.long)), x)
@@ -100,7 +97,7 @@ def test_rotary_keeps_norms_and_position_zero_is_identity(seed, d, n):
        shift=st.integers(-2000, 2000), d=st.sampled_from([2, 8, 32]))
 def test_rotary_scores_depend_only_on_the_offset(seed, p, s, shift, d):
     """<R_p q, R_s k> = <R_(p + shift) q, R_(s + shift) k> = <q, R_(s - p) k>."""
-    q, k = torch.randn(2, d, generator=_gen(seed), dtype=torch.float64)
+    q, k = torch.randn(2, d, generator=seeded(seed), dtype=torch.float64)
 
     def score(pq: int, pk: int) -> torch.Tensor:
         rq = rotary_embedding(q[None], torch.tensor([pq]))[0]
@@ -113,7 +110,7 @@ def test_rotary_scores_depend_only_on_the_offset(seed, p, s, shift, d):
 
 
 def test_rotary_positions_per_sequence_and_fractional():
-    x = torch.randn(2, 3, 4, 6, generator=_gen(2))  # (B, H, N, d)
+    x = torch.randn(2, 3, 4, 6, generator=seeded(2))  # (B, H, N, d)
     positions = torch.tensor([[0, 1, 2, 3], [10, 11, 12, 13]])[:, None, :]  # (B, 1, N)
     out = rotary_embedding(x, positions)
     torch.testing.assert_close(out[0], rotary_embedding(x[0]))
@@ -125,7 +122,7 @@ def test_rotary_positions_per_sequence_and_fractional():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_rotary_low_precision_keeps_the_dtype(dtype):
-    x = torch.randn(2, 5, 8, generator=_gen(3))
+    x = torch.randn(2, 5, 8, generator=seeded(3))
     out = rotary_embedding(x.to(dtype))
     assert out.dtype == dtype
     torch.testing.assert_close(out.float(), rotary_embedding(x), atol=2e-2, rtol=2e-2)
@@ -221,7 +218,7 @@ def test_relative_position_bias_module():
         torch.testing.assert_close(bias[h], module.table.weight[buckets, h])
     # as a float mask, in attention: equal distances get equal bias
     torch.testing.assert_close(bias[:, 1, 1], bias[:, 3, 3])
-    x = torch.randn(2, 4, 12, generator=_gen(9))
+    x = torch.randn(2, 4, 12, generator=seeded(9))
     out, _ = MultiHeadAttention(12, 3)(x, x, x, attn_mask=module(4), is_causal=True)
     out.sum().backward()
     assert module.table.weight.grad.abs().sum() > 0
@@ -233,7 +230,7 @@ def test_relative_position_bias_module():
 def test_learned_positional_embedding_adds_trainable_rows():
     torch.manual_seed(0)
     module = LearnedPositionalEmbedding(6, 4)
-    x = torch.randn(2, 3, 4, generator=_gen(4))
+    x = torch.randn(2, 3, 4, generator=seeded(4))
     out = module(x)
     torch.testing.assert_close(out - x, module.table.weight[:3].expand(2, 3, 4))
     torch.testing.assert_close(module(x, offset=2) - x, module.table.weight[2:5].expand(2, 3, 4))
@@ -300,7 +297,7 @@ def test_positional_attention_fused_and_explicit_paths_agree(seed, positional, n
 def test_rope_attention_equals_rotating_by_hand(causal):
     torch.manual_seed(0)
     module = MultiHeadAttention(16, 2, positions=Rotary())
-    x, y = torch.randn(2, 5, 16, generator=_gen(5)), torch.randn(2, 5, 16, generator=_gen(6))
+    x, y = torch.randn(2, 5, 16, generator=seeded(5)), torch.randn(2, 5, 16, generator=seeded(6))
     mask = padding_mask(torch.tensor([5, 3]), 5)[:, None, None, :]
     expected = _rope_by_hand(module, x, y, y, mask, causal)
     torch.testing.assert_close(module(x, y, y, attn_mask=mask, is_causal=causal)[0], expected,
@@ -316,7 +313,7 @@ def test_alibi_attention_equals_the_bias_as_a_float_mask(causal, bool_mask):
     module = MultiHeadAttention(16, 4, positions=ALiBi())
     plain = MultiHeadAttention(16, 4)
     plain.load_state_dict(module.state_dict())
-    x = torch.randn(2, 6, 16, generator=_gen(8))
+    x = torch.randn(2, 6, 16, generator=seeded(8))
     real = padding_mask(torch.tensor([6, 4]), 6)[:, None, None, :]
     mask = real if bool_mask else torch.zeros(2, 1, 1, 6).masked_fill(~real, float("-inf"))
     bias = alibi_bias(4, 6, causal=causal).masked_fill(~real, float("-inf"))  # (2, 4, 6, 6)
@@ -436,7 +433,7 @@ def _latest_by_hand(ids: list[int], num_values: int) -> list[int]:
 @given(seed=st.integers(0, 10_000), length=st.integers(1, 30), registers=st.integers(1, 5),
        values=st.integers(1, 6))
 def test_latest_value_task_targets_by_hand(seed, length, registers, values):
-    ids, targets = latest_value_task(3, length, registers, values, _gen(seed))
+    ids, targets = latest_value_task(3, length, registers, values, seeded(seed))
     assert ids.shape == targets.shape == (3, length + 1)
     assert ids.dtype == targets.dtype == torch.long
     assert torch.all(ids[:, 0] == registers * values) and torch.all(targets[:, 0] == IGNORE)
@@ -446,8 +443,8 @@ def test_latest_value_task_targets_by_hand(seed, length, registers, values):
 
 
 def test_latest_value_task_is_seeded_and_checks_sizes():
-    a = latest_value_task(4, 9, generator=_gen(5))
-    b = latest_value_task(4, 9, generator=_gen(5))
+    a = latest_value_task(4, 9, generator=seeded(5))
+    b = latest_value_task(4, 9, generator=seeded(5))
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     with pytest.raises(ValueError, match="must be positive"):
         latest_value_task(4, 0)
@@ -482,7 +479,7 @@ def test_causal_transformer_is_causal(positional):
     model = CausalTransformer(10, 5, 16, 2, 2, 32, max_len=12, positional=positional).eval()
     if positional == "learned":
         torch.nn.init.normal_(model.table.table.weight)
-    ids = torch.randint(0, 10, (2, 12), generator=_gen(1))
+    ids = torch.randint(0, 10, (2, 12), generator=seeded(1))
     with torch.no_grad():
         full, weights = model(ids, need_weights=True)
         short, _ = model(ids[:, :7])
@@ -508,8 +505,8 @@ def test_causal_transformer_errors():
 def test_label_loss_and_accuracy_skip_ignored_targets():
     torch.manual_seed(0)
     model = CausalTransformer(6, 3, 8, 2, 1, 16, max_len=5, positional="rope").eval()
-    ids = torch.randint(0, 6, (4, 5), generator=_gen(2))
-    targets = torch.randint(0, 3, (4, 5), generator=_gen(3))
+    ids = torch.randint(0, 6, (4, 5), generator=seeded(2))
+    targets = torch.randint(0, 3, (4, 5), generator=seeded(3))
     targets[:, 0] = IGNORE
     targets[1, 3] = IGNORE
     with torch.no_grad():

@@ -9,19 +9,17 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from module_helpers import copy_attention, seeded
 from torch import nn
 
 import attention_course.decoding  # noqa: F401  (registers chapter 9's KV cache)
 import attention_course.positions  # noqa: F401  (registers learned, rope, alibi)
 from attention_course.masking import padding_mask
-from attention_course.multihead import MultiHeadAttention
 from attention_course.transformer import (
-    AddNorm,
     DecoderLayer,
     Encoder,
     EncoderLayer,
     PositionalEncoding,
-    PositionWiseFFN,
     Transformer,
     sinusoidal_positional_encoding,
     translation_loss,
@@ -30,32 +28,29 @@ from attention_course.transformer import (
 PROPERTY = settings(max_examples=20, deadline=None)
 
 
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _copy_attention(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
+def _twins(ours_class: type[EncoderLayer | DecoderLayer], torch_class: type[nn.Module],
+           d_model: int, num_heads: int, d_ff: int, norm_first: bool
+           ) -> tuple[nn.Module, nn.Module]:
+    """Our layer and PyTorch's of the same sizes, PyTorch's with our weights; our
+    LayerNorms first get weights that a mix-up would reveal (they start as the identity)."""
+    ours = ours_class(d_model, num_heads, d_ff, norm_first=norm_first)
+    ref = torch_class(d_model, num_heads, d_ff, dropout=0.0, batch_first=True,
+                      norm_first=norm_first)
     with torch.no_grad():
-        ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight,
-                                            ours.v_proj.weight]))
-        ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
-        ref.out_proj.load_state_dict(ours.out_proj.state_dict())
-
-
-def _copy_ffn_and_norms(ffn: PositionWiseFFN, add_norms: list[AddNorm], ref: nn.Module) -> None:
-    ref.linear1.load_state_dict(ffn.linear1.state_dict())
-    ref.linear2.load_state_dict(ffn.linear2.state_dict())
-    for i, add_norm in enumerate(add_norms, start=1):
-        getattr(ref, f"norm{i}").load_state_dict(add_norm.norm.state_dict())
-
-
-def _randomise_norms(module: nn.Module) -> None:
-    """LayerNorms start as the identity map; give them weights that a mix-up would reveal."""
-    with torch.no_grad():
-        for m in module.modules():
+        for m in ours.modules():
             if isinstance(m, nn.LayerNorm):
                 m.weight.uniform_(0.5, 1.5)
                 m.bias.uniform_(-0.5, 0.5)
+    copy_attention(ours.self_attn, ref.self_attn)
+    if isinstance(ours, DecoderLayer):
+        copy_attention(ours.cross_attn, ref.multihead_attn)
+    ref.linear1.load_state_dict(ours.ffn.linear1.state_dict())
+    ref.linear2.load_state_dict(ours.ffn.linear2.state_dict())
+    for i in (1, 2, 3):
+        if hasattr(ref, f"norm{i}"):
+            add_norm = getattr(ours, f"add_norm{i}")
+            getattr(ref, f"norm{i}").load_state_dict(add_norm.norm.state_dict())
+    return ours, ref
 
 
 def _copy_batch(src: torch.Tensor) -> SimpleNamespace:
@@ -94,7 +89,7 @@ def test_positional_encoding_base_and_odd_width():
 
 def test_positional_encoding_module_adds_along_positions_of_batch_first_input():
     module = PositionalEncoding(8, max_len=20)
-    x = torch.randn(3, 6, 8, generator=_gen(0))
+    x = torch.randn(3, 6, 8, generator=seeded(0))
     added = module(x) - x
     table = sinusoidal_positional_encoding(6, 8)
     for b in range(3):  # the same table for every sequence of the batch ...
@@ -120,13 +115,8 @@ def test_positional_encoding_rejects_bad_input():
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_equals_torch(norm_first):
     torch.manual_seed(0)
-    ours = EncoderLayer(16, 4, 32, norm_first=norm_first)
-    _randomise_norms(ours)
-    ref = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
-                                     norm_first=norm_first)
-    _copy_attention(ours.self_attn, ref.self_attn)
-    _copy_ffn_and_norms(ours.ffn, [ours.add_norm1, ours.add_norm2], ref)
-    x = torch.randn(3, 7, 16, generator=_gen(1))
+    ours, ref = _twins(EncoderLayer, nn.TransformerEncoderLayer, 16, 4, 32, norm_first)
+    x = torch.randn(3, 7, 16, generator=seeded(1))
     real = padding_mask(torch.tensor([7, 3, 5]), 7)
     out, weights = ours(x, real[:, None, None, :], need_weights=True)
     expected = ref(x, src_key_padding_mask=~real)  # torch: True = padding (ignored)
@@ -139,15 +129,9 @@ def test_encoder_layer_equals_torch(norm_first):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_equals_torch(norm_first):
     torch.manual_seed(1)
-    ours = DecoderLayer(16, 2, 24, norm_first=norm_first)
-    _randomise_norms(ours)
-    ref = nn.TransformerDecoderLayer(16, 2, 24, dropout=0.0, batch_first=True,
-                                     norm_first=norm_first)
-    _copy_attention(ours.self_attn, ref.self_attn)
-    _copy_attention(ours.cross_attn, ref.multihead_attn)
-    _copy_ffn_and_norms(ours.ffn, [ours.add_norm1, ours.add_norm2, ours.add_norm3], ref)
-    y = torch.randn(2, 5, 16, generator=_gen(2))
-    memory = torch.randn(2, 6, 16, generator=_gen(3))
+    ours, ref = _twins(DecoderLayer, nn.TransformerDecoderLayer, 16, 2, 24, norm_first)
+    y = torch.randn(2, 5, 16, generator=seeded(2))
+    memory = torch.randn(2, 6, 16, generator=seeded(3))
     real = padding_mask(torch.tensor([6, 2]), 6)
     out, self_w, cross_w = ours(y, memory, real[:, None, None, :], need_weights=True)
     causal_blocked = torch.ones(5, 5, dtype=torch.bool).triu(1)
@@ -185,7 +169,7 @@ def test_positional_encoding_breaks_the_symmetry():
 @given(seed=st.integers(0, 10_000), t=st.integers(0, 5), norm_first=st.booleans())
 def test_decoder_is_causal(seed, t, norm_first):
     model = _model(seed, norm_first=norm_first)
-    g = _gen(seed)
+    g = seeded(seed)
     src = torch.randint(1, 11, (2, 5), generator=g)
     tgt = torch.randint(1, 13, (2, 6), generator=g)
     changed = tgt.clone()
@@ -198,7 +182,7 @@ def test_decoder_is_causal(seed, t, norm_first):
 @given(seed=st.integers(0, 10_000), extra=st.integers(1, 4), norm_first=st.booleans())
 def test_padding_in_the_source_changes_nothing(seed, extra, norm_first):
     model = _model(seed, norm_first=norm_first)
-    g = _gen(seed)
+    g = seeded(seed)
     src = torch.randint(1, 11, (1, 5), generator=g)
     tgt = torch.randint(1, 13, (1, 4), generator=g)
     padded = torch.cat([src, torch.zeros(1, extra, dtype=torch.long)], dim=1)

@@ -253,18 +253,9 @@ class TranslationLoader:
             )
 
 
-def make_loader(
-    pairs: Sequence[Pair],
-    src_vocab: Vocab,
-    tgt_vocab: Vocab,
-    batch_size: int = 64,
-    shuffle: bool = True,
-    seed: int = 0,
-) -> TranslationLoader:
-    """A :class:`TranslationLoader` over ``pairs``."""
-    return TranslationLoader(
-        pairs, src_vocab, tgt_vocab, batch_size, shuffle, seed
-    )
+#: A :class:`TranslationLoader` over ``pairs``: the loader's own constructor,
+#: under the name the chapters call it by.
+make_loader = TranslationLoader
 
 
 # ------------------------------------------------------------------------------
@@ -300,7 +291,7 @@ class TranslationCorpus:
         shuffle: bool = True,
         seed: int = 0,
     ) -> TranslationLoader:
-        return make_loader(
+        return TranslationLoader(
             self.split(split), self.src_vocab, self.tgt_vocab,
             batch_size, shuffle, seed,
         )

@@ -21,7 +21,7 @@ The translations are scored with :mod:`attention_course.metrics`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import torch
@@ -152,6 +152,28 @@ def translate(
     return Translation(tokens, weights)
 
 
+def _decoded_batches(
+    model: Seq2Seq,
+    pairs: Sequence[tuple[list[str], list[str]]],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    batch_size: int,
+    max_len: int,
+) -> Iterator[tuple[TranslationBatch, Decoded]]:
+    """Each batch of ``pairs`` (in order) and its greedy decoding."""
+    device = next(model.parameters()).device
+    for start in range(0, len(pairs), batch_size):
+        batch = collate(pairs[start : start + batch_size], src_vocab, tgt_vocab)
+        yield batch, greedy_decode(
+            model,
+            batch.src.to(device),
+            batch.src_valid_lens.to(device),
+            tgt_vocab.bos_id,
+            tgt_vocab.eos_id,
+            max_len,
+        )
+
+
 def translate_pairs(
     model: Seq2Seq,
     pairs: Sequence[tuple[list[str], list[str]]],
@@ -161,20 +183,13 @@ def translate_pairs(
     max_len: int = 30,
 ) -> list[list[str]]:
     """Greedy translations of the sources of ``pairs``, in order, batched."""
-    device = next(model.parameters()).device
-    out: list[list[str]] = []
-    for start in range(0, len(pairs), batch_size):
-        batch = collate(pairs[start : start + batch_size], src_vocab, tgt_vocab)
-        decoded = greedy_decode(
-            model,
-            batch.src.to(device),
-            batch.src_valid_lens.to(device),
-            tgt_vocab.bos_id,
-            tgt_vocab.eos_id,
-            max_len,
+    return [
+        tgt_vocab.decode(row)
+        for _batch, decoded in _decoded_batches(
+            model, pairs, src_vocab, tgt_vocab, batch_size, max_len
         )
-        out += [tgt_vocab.decode(row) for row in decoded.ids]
-    return out
+        for row in decoded.ids
+    ]
 
 
 def translate_pairs_with_weights(
@@ -190,18 +205,10 @@ def translate_pairs_with_weights(
     output words and ``<eos>``; columns: the sentence's own source words and
     ``<eos>``, without the padding of its batch), ``None`` for the
     fixed-context model. The tokens are those of :func:`translate_pairs`."""
-    device = next(model.parameters()).device
     out: list[Translation] = []
-    for start in range(0, len(pairs), batch_size):
-        batch = collate(pairs[start : start + batch_size], src_vocab, tgt_vocab)
-        decoded = greedy_decode(
-            model,
-            batch.src.to(device),
-            batch.src_valid_lens.to(device),
-            tgt_vocab.bos_id,
-            tgt_vocab.eos_id,
-            max_len,
-        )
+    for batch, decoded in _decoded_batches(
+        model, pairs, src_vocab, tgt_vocab, batch_size, max_len
+    ):
         weights = None if decoded.weights is None else decoded.weights.cpu()
         for i, row in enumerate(decoded.ids):
             tokens = tgt_vocab.decode(row)

@@ -121,17 +121,27 @@ def _lang_option(parser: argparse.ArgumentParser) -> None:
                              "else en)")
 
 
+def _gradebook_parser(subparsers: argparse._SubParsersAction, name: str, run,
+                      **texts: str) -> argparse.ArgumentParser:
+    """A subcommand that reads a gradebook folder (its argument ``GRADES_DIR``) and is
+    handled by ``run``; ``texts`` are its ``help`` and ``description``."""
+    parser = subparsers.add_parser(name, **texts)
+    parser.add_argument("grades", type=Path, metavar="GRADES_DIR")
+    parser.set_defaults(run=run)
+    return parser
+
+
 def add_platform_parsers(subparsers: argparse._SubParsersAction) -> None:
     """Add ``export`` (grades into Canvas or Moodle), ``feedback`` (the students' pages)
     and ``report`` (the class's scores at a glance)."""
-    export = subparsers.add_parser(
-        "export", help="write a learning platform's grade-import file (Canvas, Moodle)",
+    export = _gradebook_parser(
+        subparsers, "export", run_export,
+        help="write a learning platform's grade-import file (Canvas, Moodle)",
         description="Write the grade-import CSV of Canvas or Moodle from a gradebook folder "
         "and a roster (a CSV whose column 'student' names each student's folder, with the "
         "platform's ids: id, sis_user_id, sis_login_id, section, name for Canvas; email, "
         "idnumber or username for Moodle). Roster students without a submission and "
         "submissions without a roster entry are listed.")
-    export.add_argument("grades", type=Path, metavar="GRADES_DIR")
     export.add_argument("--to", choices=("canvas", "moodle"), required=True)
     export.add_argument("--roster", type=Path, required=True, metavar="ROSTER.csv")
     export.add_argument("--out", type=Path, required=True, metavar="FILE")
@@ -140,25 +150,22 @@ def add_platform_parsers(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--column-names", type=Path, metavar="CSV",
                         help="a CSV of 'exercise,column' rows naming each exercise's column "
                              "(e.g. a Canvas assignment 'Attention pooling (1234)')")
-    export.set_defaults(run=run_export)
-    pages = subparsers.add_parser(
-        "feedback", help="write each student's feedback page (HTML and Markdown) again",
+    pages = _gradebook_parser(
+        subparsers, "feedback", run_feedback,
+        help="write each student's feedback page (HTML and Markdown) again",
         description="Write STUDENT/feedback.html and feedback.md in a gradebook folder from "
         "its records (grade and merge write them too), optionally zipped per student.")
-    pages.add_argument("grades", type=Path, metavar="GRADES_DIR")
     pages.add_argument("--bundle", type=Path, metavar="DIR",
                        help="zip each student's feedback into DIR/STUDENT.zip")
     _lang_option(pages)
-    pages.set_defaults(run=run_feedback)
-    report = subparsers.add_parser(
-        "report", help="the class's scores per exercise: a table and a figure",
+    report = _gradebook_parser(
+        subparsers, "report", run_report,
+        help="the class's scores per exercise: a table and a figure",
         description="Print the count, mean, median and range of the scores of every "
         "exercise in a gradebook folder, and draw their distribution.")
-    report.add_argument("grades", type=Path, metavar="GRADES_DIR")
     report.add_argument("--out", type=Path, default=None, metavar="FILE.png",
                         help="the figure (default: GRADES_DIR/scores.png)")
     _lang_option(report)
-    report.set_defaults(run=run_report)
 
 
 def run_export(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ from attention_course import masking
 from attention_course.grading._driver import call_case, to_plain
 from attention_course.grading.compare import compare
 from attention_course.grading.spec import Case, Exercise, Mistake, Question
-from attention_course.grading.tables import mistake_table, prediction
+from attention_course.grading.tables import changed, mistake_table, prediction
 from attention_course.i18n import N_, _
 
 MINUS_INF = float("-inf")
@@ -456,10 +456,14 @@ PADDING_MISTAKES = (
 
 
 # --------------------------------------------------------------------------- question 3
-def _attention(query, key, value, attn_mask, scale: str = "d", empty: str = "zeros"):
+def _attention(query, key, value, attn_mask, scale: str = "d", empty: str = "zeros",
+               inverted: bool = False):
     """Masked attention with a chosen scale (divided by the square root of "d", "dv",
-    "none" (1), "d_not_sqrt" (d squared), "inverse" (1/d), "keys" (Nk)) and a chosen
-    treatment of rows that allow nothing ("zeros", "nan", "uniform", "nan_weights")."""
+    "none" (1), "d_not_sqrt" (d squared), "inverse" (1/d), "keys" (Nk)), a chosen
+    treatment of rows that allow nothing ("zeros", "nan", "uniform", "nan_weights"), and
+    the mask read the right way or ``inverted``."""
+    if inverted:
+        attn_mask = ~attn_mask
     d = {"d": query.shape[-1], "dv": value.shape[-1], "none": 1,
          "d_not_sqrt": query.shape[-1] ** 2, "inverse": 1 / query.shape[-1],
          "keys": key.shape[-2]}[scale]
@@ -506,37 +510,36 @@ def attention_cases() -> list[Case]:
     ]
 
 
-ATTENTION_MISTAKES = (
-    Mistake("scale_by_dv", lambda q, k, v, m: _attention(q, k, v, m, "dv"),
-            "the weights are wrong wherever the values' size differs from the queries' "
-            "size: your scores are divided by the square root of the value dimension, but "
-            "the formula scales by the size that queries and keys share"),
-    Mistake("no_scale", lambda q, k, v, m: _attention(q, k, v, m, "none"),
-            "your scores are not scaled at all: they are the square root of d times too "
-            "large"),
-    Mistake("scale_by_d", lambda q, k, v, m: _attention(q, k, v, m, "d_not_sqrt"),
-            "your scores are divided by d, not by its square root"),
-    Mistake("scale_by_num_keys", lambda q, k, v, m: _attention(q, k, v, m, "keys"),
-            "your scores are divided by the square root of the number of keys; the scale "
-            "is the size of each query and key vector, their last axis"),
-    Mistake("scale_multiplied", lambda q, k, v, m: _attention(q, k, v, m, "inverse"),
-            "your scores are multiplied by the square root of d instead of divided by it"),
-    Mistake("starter", lambda q, k, v, m: _attention(q, k, v, m, "dv", "nan"),
-            "a query that may attend to no key still gets NaN weights and a NaN output, as "
-            "in the given code: the softmax of a row of minus infinities is NaN. Such a "
-            "query must get zero weights and a zero output"),
-    Mistake("uniform_row", lambda q, k, v, m: _attention(q, k, v, m, "d", "uniform"),
-            "a query that may attend to no key now spreads its weight evenly over every "
-            "key, padding included (1/Nk each), as a large finite negative fill does. It "
-            "must get zero weights and a zero output instead"),
-    Mistake("nan_weights_zero_output",
-            lambda q, k, v, m: _attention(q, k, v, m, "d", "nan_weights"),
-            "the output of a query with no allowed key is now zero, but its weights are "
-            "still NaN: fix the weights themselves, and the output follows"),
-    Mistake("mask_inverted", lambda q, k, v, m: _attention(q, k, v, ~m),
-            "your weights go to the masked keys and not to the allowed ones: in the course's "
-            "convention True in the mask means the query may attend to that key"),
-)
+ATTENTION_MISTAKES = mistake_table(changed(_attention), [
+    ("scale_by_dv", {"scale": "dv"},
+     "the weights are wrong wherever the values' size differs from the queries' "
+     "size: your scores are divided by the square root of the value dimension, but "
+     "the formula scales by the size that queries and keys share"),
+    ("no_scale", {"scale": "none"},
+     "your scores are not scaled at all: they are the square root of d times too "
+     "large"),
+    ("scale_by_d", {"scale": "d_not_sqrt"},
+     "your scores are divided by d, not by its square root"),
+    ("scale_by_num_keys", {"scale": "keys"},
+     "your scores are divided by the square root of the number of keys; the scale "
+     "is the size of each query and key vector, their last axis"),
+    ("scale_multiplied", {"scale": "inverse"},
+     "your scores are multiplied by the square root of d instead of divided by it"),
+    ("starter", {"scale": "dv", "empty": "nan"},
+     "a query that may attend to no key still gets NaN weights and a NaN output, as "
+     "in the given code: the softmax of a row of minus infinities is NaN. Such a "
+     "query must get zero weights and a zero output"),
+    ("uniform_row", {"empty": "uniform"},
+     "a query that may attend to no key now spreads its weight evenly over every "
+     "key, padding included (1/Nk each), as a large finite negative fill does. It "
+     "must get zero weights and a zero output instead"),
+    ("nan_weights_zero_output", {"empty": "nan_weights"},
+     "the output of a query with no allowed key is now zero, but its weights are "
+     "still NaN: fix the weights themselves, and the output follows"),
+    ("mask_inverted", {"inverted": True},
+     "your weights go to the masked keys and not to the allowed ones: in the course's "
+     "convention True in the mask means the query may attend to that key"),
+])
 
 
 # --------------------------------------------------------------------------- question 4
@@ -681,50 +684,50 @@ def count_cases() -> list[Case]:
     ]
 
 
-COUNT_MISTAKES = (
-    Mistake("left_like_right",
-            _counting(pairs_left=lambda n, L: L * (L + 1) // 2 + (n - L) * L,
-                      empty_rows_left=lambda n, L: 0),
-            "with left padding the padding comes first: under the causal mask a padded "
-            "query sees only positions before it, all padding, so its row is empty, and a "
-            "real query sees real keys only from the first real token on"),
-    Mistake("causal_only",
-            _counting(lambda n, L: n * (n + 1) // 2, lambda n, L: n * (n + 1) // 2,
-                      lambda n, L: 0),
-            "you counted the causal mask alone: the padding mask also removes every padded "
-            "key, in every row"),
-    Mistake("padding_only",
-            _counting(lambda n, L: n * L, lambda n, L: n * L, lambda n, L: n * (L == 0)),
-            "you left out the causal mask: a query sees only the keys at or before its own "
-            "position"),
-    Mistake("real_queries_only", _counting(pairs_right=lambda n, L: L * (L + 1) // 2),
-            "with right padding you counted only the real queries: a key padding mask "
-            "removes padded keys (columns), not padded queries (rows), so each of the "
-            "n - L padded queries still sees all L real tokens"),
-    Mistake("no_diagonal",
-            _counting(lambda n, L: L * (L - 1) // 2 + (n - L) * L,
-                      lambda n, L: L * (L - 1) // 2, lambda n, L: n - L + (L > 0)),
-            "you left out the diagonal: under the causal mask a query may attend to its own "
-            "position"),
-    Mistake("padded_see_themselves",
-            _counting(lambda n, L: L * (L + 1) // 2 + (n - L) * (L + 1),
-                      lambda n, L: L * (L + 1) // 2 + (n - L), lambda n, L: 0),
-            "you let each padded query attend to its own position: that position is "
-            "padding, and the padding mask hides it like every padded key"),
-    Mistake("half_square",
-            _counting(lambda n, L: L * L // 2 + (n - L) * L, lambda n, L: L * L // 2),
-            "you counted the real block's triangle as half of L squared; with its diagonal "
-            "it holds 1 + 2 + ... + L pairs, which is more than L squared over 2"),
-    *mistake_table(_counting, [
-        ("left_padded_keys_seen",
-         {"pairs_left": lambda n, L: L * (L + 1) // 2 + (n - L) * (n - L + 1) // 2},
-         "with left padding you let each padded query see the padding before it: the "
-         "padding mask hides every padded key, so those rows allow no key at all"),
-        ("empty_counts_real", {"empty_rows_left": lambda n, L: L},
-         "you counted the real queries: an empty row is a query that may attend to no "
-         "key, and with left padding those are the padded queries at the start"),
-    ]),
-)
+COUNT_MISTAKES = mistake_table(_counting, [
+    ("left_like_right",
+     {"pairs_left": lambda n, L: L * (L + 1) // 2 + (n - L) * L,
+      "empty_rows_left": lambda n, L: 0},
+     "with left padding the padding comes first: under the causal mask a padded "
+     "query sees only positions before it, all padding, so its row is empty, and a "
+     "real query sees real keys only from the first real token on"),
+    ("causal_only",
+     {"pairs_right": lambda n, L: n * (n + 1) // 2, "pairs_left": lambda n, L: n * (n + 1) // 2,
+      "empty_rows_left": lambda n, L: 0},
+     "you counted the causal mask alone: the padding mask also removes every padded "
+     "key, in every row"),
+    ("padding_only",
+     {"pairs_right": lambda n, L: n * L, "pairs_left": lambda n, L: n * L,
+      "empty_rows_left": lambda n, L: n * (L == 0)},
+     "you left out the causal mask: a query sees only the keys at or before its own "
+     "position"),
+    ("real_queries_only", {"pairs_right": lambda n, L: L * (L + 1) // 2},
+     "with right padding you counted only the real queries: a key padding mask "
+     "removes padded keys (columns), not padded queries (rows), so each of the "
+     "n - L padded queries still sees all L real tokens"),
+    ("no_diagonal",
+     {"pairs_right": lambda n, L: L * (L - 1) // 2 + (n - L) * L,
+      "pairs_left": lambda n, L: L * (L - 1) // 2,
+      "empty_rows_left": lambda n, L: n - L + (L > 0)},
+     "you left out the diagonal: under the causal mask a query may attend to its own "
+     "position"),
+    ("padded_see_themselves",
+     {"pairs_right": lambda n, L: L * (L + 1) // 2 + (n - L) * (L + 1),
+      "pairs_left": lambda n, L: L * (L + 1) // 2 + (n - L), "empty_rows_left": lambda n, L: 0},
+     "you let each padded query attend to its own position: that position is "
+     "padding, and the padding mask hides it like every padded key"),
+    ("half_square",
+     {"pairs_right": lambda n, L: L * L // 2 + (n - L) * L, "pairs_left": lambda n, L: L * L // 2},
+     "you counted the real block's triangle as half of L squared; with its diagonal "
+     "it holds 1 + 2 + ... + L pairs, which is more than L squared over 2"),
+    ("left_padded_keys_seen",
+     {"pairs_left": lambda n, L: L * (L + 1) // 2 + (n - L) * (n - L + 1) // 2},
+     "with left padding you let each padded query see the padding before it: the "
+     "padding mask hides every padded key, so those rows allow no key at all"),
+    ("empty_counts_real", {"empty_rows_left": lambda n, L: L},
+     "you counted the real queries: an empty row is a query that may attend to no "
+     "key, and with left padding those are the padded queries at the start"),
+])
 
 
 # --------------------------------------------------------------------------- exercise

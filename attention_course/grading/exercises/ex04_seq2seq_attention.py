@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from attention_course.grading.spec import Case, Exercise, Question
-from attention_course.grading.tables import changed, mistake_table, prediction
+from attention_course.grading.tables import changed, drawn_cases, mistake_table, prediction
 from attention_course.i18n import _
 from attention_course.masking import masked_softmax
 
@@ -45,6 +45,28 @@ SECTION_SCORES = "4.5 Translating, and scoring the translations"
 
 
 # =========================================================================== question 1
+def _source_weights(scores: torch.Tensor, src_valid_lens: torch.Tensor, mask: str = "before",
+                    dim: int = -1) -> torch.Tensor:
+    """The attention weights of ``scores (B, S)``: chapter 3's masked softmax over the
+    source positions, or the mask slipped (``mask``: ``"none"``, ``"one_more"``,
+    ``"one_less"``, ``"inverted"`` or applied ``"after"`` the softmax), or the softmax
+    run over another axis ``dim``. Questions 1 and 2 share it: the learner writes the same
+    mask in both."""
+    if mask == "before" and dim == -1:
+        return masked_softmax(scores[:, None, :], src_valid_lens)[:, 0]
+    shift = {"before": 0, "after": 0, "none": 0, "inverted": 0, "one_more": 1,
+             "one_less": -1}[mask]
+    real = torch.arange(scores.shape[1]) < (src_valid_lens[:, None] + shift)
+    if mask == "inverted":
+        real = ~real
+    if mask not in ("after", "none"):
+        scores = scores.masked_fill(~real, float("-inf"))
+    weights = torch.softmax(scores, dim=dim)
+    if mask == "after":
+        weights = weights.masked_fill(~real, 0.0)
+    return weights
+
+
 def _bahdanau(
     states: torch.Tensor,
     t: int,
@@ -87,22 +109,8 @@ def _bahdanau(
         "dot": lambda: (key_vectors @ query[:, :, None]).squeeze(-1),
     }[score]()  # (B, S)
     length = enc_outputs.shape[1]
-    if mask == "before" and softmax_over == "source":
-        weights = masked_softmax(scores[:, None, :], src_valid_lens)[:, 0]
-    else:
-        shift = {"before": 0, "after": 0, "none": 0, "inverted": 0, "one_more": 1,
-                 "one_less": -1}[mask]
-        real = torch.arange(length) < (src_valid_lens[:, None] + shift)
-        if mask == "inverted":
-            real = ~real
-        if mask not in ("after", "none"):
-            scores = scores.masked_fill(~real, float("-inf"))
-        if softmax_over == "batch":
-            weights = torch.softmax(scores, dim=0)
-        else:
-            weights = torch.softmax(scores, dim=-1)
-        if mask == "after":
-            weights = weights.masked_fill(~real, 0.0)
+    weights = _source_weights(scores, src_valid_lens, mask,
+                              0 if softmax_over == "batch" else -1)
     pooled = enc_outputs if values == "encoder" else src_embeddings
     context = weights @ pooled if broadcast else (weights[:, :, None] * pooled).sum(dim=1)
     if mean:
@@ -117,41 +125,39 @@ def attention_step(states, t, enc_outputs, src_embeddings, src_valid_lens, W_q, 
     return _bahdanau(states, t, enc_outputs, src_embeddings, src_valid_lens, W_q, W_k, w_v)
 
 
-def attention_step_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(4101)
-    cases = []
-    # (B, T, t, S, H_dec, H_enc, E, hidden, valid lengths, hidden?)
+def _float64(g: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    """Random float64 numbers (float64 throughout, so that gradients compare without
+    float32 rounding noise)."""
+    return torch.randn(*shape, generator=g, dtype=torch.float64) * scale
+
+
+def _padded(g: torch.Generator, lens: list[int], length: int, size: int) -> torch.Tensor:
+    """States ``(B, length, size)`` of sentences of valid lengths ``lens``, zero at the
+    padding, as the encoder gives them (and ``<pad>`` embeds to zero)."""
+    real = (torch.arange(length) < torch.tensor(lens)[:, None])[:, :, None]
+    return _float64(g, len(lens), length, size) * real
+
+
+def _additive_weights(g: torch.Generator, d: int, spread: float) -> tuple[torch.Tensor, ...]:
+    """``W_q``, ``W_k`` (d x d) and ``w_v`` (d) of an additive score, every size d."""
+    return _float64(g, d, d, scale=0.8), _float64(g, d, d, scale=0.8), _float64(g, d, scale=spread)
+
+
+def _step_case(g: torch.Generator, b: int, big_t: int, t: int, s: int, d: int,
+               lens: list[int]) -> Case:
     # One size d for H_dec, H_enc, E and h, as in the chapter (64 for all): then every
     # known mistake computes (embeddings in place of encoder states, the two projections
     # swapped or not transposed) and can be named, instead of raising a shape error.
-    for b, big_t, t, s, d, lens, hidden in [
-        (2, 3, 2, 5, 4, [5, 3], False),
-        (3, 4, 1, 4, 5, [1, 4, 2], False),
-        (2, 3, 3, 6, 3, [6, 4], False),
-        (3, 5, 3, 6, 5, [6, 2, 4], True),
-        (2, 4, 4, 7, 6, [7, 5], True),
-        (1, 2, 1, 3, 2, [3], True),
-    ]:
-        h_dec = h_enc = e = h = d
-        lens_t = torch.tensor(lens)
-        real = (torch.arange(s) < lens_t[:, None])[:, :, None]
-        # float64 throughout, so that gradients compare without float32 rounding noise;
-        # zero at padding, as the encoder gives (and <pad> embeds to zero)
-        enc = torch.randn(b, s, h_enc, generator=g, dtype=torch.float64) * real
-        emb = torch.randn(b, s, e, generator=g, dtype=torch.float64) * real
-        args = (
-            torch.randn(b, big_t + 1, h_dec, generator=g, dtype=torch.float64),
-            t,
-            enc,
-            emb,
-            lens_t,
-            torch.randn(h, h_dec, generator=g, dtype=torch.float64) * 0.8,
-            torch.randn(h, h_enc, generator=g, dtype=torch.float64) * 0.8,
-            torch.randn(h, generator=g, dtype=torch.float64) * 1.5,
-        )
-        label = f"B={b}, T={big_t}, t={t}, S={s}, all sizes {d}, valid lengths {lens}"
-        cases.append(Case(args=args, label=label, hidden=hidden))
-    return cases
+    enc, emb = _padded(g, lens, s, d), _padded(g, lens, s, d)
+    states = _float64(g, b, big_t + 1, d)
+    return Case(args=(states, t, enc, emb, torch.tensor(lens), *_additive_weights(g, d, 1.5)),
+                label=f"B={b}, T={big_t}, t={t}, S={s}, all sizes {d}, valid lengths {lens}")
+
+
+# (B, T, t, S, the size d of H_dec, H_enc, E and h, the valid lengths)
+attention_step_cases = drawn_cases(4101, _step_case, visible=[
+    (2, 3, 2, 5, 4, [5, 3]), (3, 4, 1, 4, 5, [1, 4, 2]), (2, 3, 3, 6, 3, [6, 4]),
+], hidden=[(3, 5, 3, 6, 5, [6, 2, 4]), (2, 4, 4, 7, 6, [7, 5]), (1, 2, 1, 3, 2, [3])])
 
 
 def _padding_gets_weight(lens_at: int) -> Callable[[Case, Any, Any], str | None]:
@@ -340,19 +346,7 @@ def _luong(
     scores = (keys @ query[:, :, None]).squeeze(-1)  # (B, S): s^T W h_j
     if scaled:
         scores = scores / math.sqrt(query.shape[-1])
-    if softmax_dim == -1 and mask == "before":
-        weights = masked_softmax(scores[:, None, :], src_valid_lens)[:, 0]
-    else:
-        shift = {"before": 0, "after": 0, "none": 0, "inverted": 0, "one_more": 1,
-                 "one_less": -1}[mask]
-        real = torch.arange(enc_outputs.shape[1]) < (src_valid_lens[:, None] + shift)
-        if mask == "inverted":
-            real = ~real
-        if mask not in ("after", "none"):
-            scores = scores.masked_fill(~real, float("-inf"))
-        weights = torch.softmax(scores, dim=softmax_dim)
-        if mask == "after":
-            weights = weights.masked_fill(~real, 0.0)
+    weights = _source_weights(scores, src_valid_lens, mask, softmax_dim)
     return (weights[:, :, None] * enc_outputs).sum(dim=1), weights
 
 
@@ -361,27 +355,16 @@ def luong_step(states, t, enc_outputs, src_valid_lens, W):
     return _luong(states, t, enc_outputs, src_valid_lens, W)
 
 
-def luong_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(4201)
-    cases = []
-    for b, big_t, t, s, h, lens, hidden in [
-        (2, 3, 2, 5, 4, [5, 3], False),
-        (3, 4, 4, 4, 3, [2, 4, 1], False),
-        (3, 5, 4, 6, 5, [3, 6, 2], True),
-        (2, 2, 2, 4, 6, [4, 4], True),
-    ]:
-        lens_t = torch.tensor(lens)
-        real = (torch.arange(s) < lens_t[:, None])[:, :, None]
-        args = (
-            torch.randn(b, big_t + 1, h, generator=g, dtype=torch.float64),
-            t,
-            torch.randn(b, s, h, generator=g, dtype=torch.float64) * real,
-            lens_t,
-            torch.randn(h, h, generator=g, dtype=torch.float64) * 0.7,
-        )
-        cases.append(Case(args=args, label=f"B={b}, T={big_t}, t={t}, S={s}, H={h}, valid "
-                                           f"lengths {lens}", hidden=hidden))
-    return cases
+def _luong_case(g: torch.Generator, b: int, big_t: int, t: int, s: int, h: int,
+                lens: list[int]) -> Case:
+    args = (_float64(g, b, big_t + 1, h), t, _padded(g, lens, s, h), torch.tensor(lens),
+            _float64(g, h, h, scale=0.7))
+    return Case(args=args, label=f"B={b}, T={big_t}, t={t}, S={s}, H={h}, valid lengths {lens}")
+
+
+luong_cases = drawn_cases(4201, _luong_case,
+                          visible=[(2, 3, 2, 5, 4, [5, 3]), (3, 4, 4, 4, 3, [2, 4, 1])],
+                          hidden=[(3, 5, 4, 6, 5, [3, 6, 2]), (2, 2, 2, 4, 6, [4, 4])])
 
 
 _LAST = "the query is still the last state s_T, the same for every step; Luong attends " \
@@ -642,29 +625,19 @@ def padding_leak(states, t, enc_outputs, src_embeddings, W_q, W_k, w_v, num_pads
     return _leak(states, t, enc_outputs, src_embeddings, W_q, W_k, w_v, num_pads)
 
 
-def padding_leak_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(4601)
-    cases = []
-    for big_t, t, length, d, pads, hidden in [
-        (3, 1, 4, 5, 6, False),  # Tom chases Jerry <eos>, batched with a 10-token source
-        (4, 3, 5, 4, 2, False),
-        (5, 2, 3, 5, 17, True),
-        (2, 2, 6, 3, 9, True),
-    ]:
-        h_dec = h_enc = e = h = d  # as in question 1
-        args = (
-            torch.randn(1, big_t + 1, h_dec, generator=g, dtype=torch.float64),
-            t,
-            torch.randn(1, length, h_enc, generator=g, dtype=torch.float64),
-            torch.randn(1, length, e, generator=g, dtype=torch.float64),
-            torch.randn(h, h_dec, generator=g, dtype=torch.float64) * 0.8,
-            torch.randn(h, h_enc, generator=g, dtype=torch.float64) * 0.8,
-            torch.randn(h, generator=g, dtype=torch.float64) * 0.5,
-            pads,
-        )
-        cases.append(Case(args=args, hidden=hidden,
-                          label=f"{length} real positions, {pads} padded, t={t}"))
-    return cases
+def _leak_case(g: torch.Generator, big_t: int, t: int, length: int, d: int,
+               pads: int) -> Case:
+    """One sentence of ``length`` real positions, to be padded by ``pads``; every size d,
+    as in question 1."""
+    args = (_float64(g, 1, big_t + 1, d), t, _float64(g, 1, length, d),
+            _float64(g, 1, length, d), *_additive_weights(g, d, 0.5), pads)
+    return Case(args=args, label=f"{length} real positions, {pads} padded, t={t}")
+
+
+# the first: Tom chases Jerry <eos>, batched with a 10-token source
+padding_leak_cases = drawn_cases(4601, _leak_case,
+                                 visible=[(3, 1, 4, 5, 6), (4, 3, 5, 4, 2)],
+                                 hidden=[(5, 2, 3, 5, 17), (2, 2, 6, 3, 9)])
 
 
 Q6 = Question(

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from attention_course import transformer
-from attention_course.grading.spec import Case, Exercise, Mistake, Question
+from attention_course.grading.spec import Case, Exercise, Question
 from attention_course.grading.tables import changed, mistake_table, prediction
 from attention_course.i18n import _
 from attention_course.masking import causal_mask
@@ -192,21 +192,35 @@ def diagnose_shift(case: Case, expected, got) -> str | None:
     return None
 
 
-SHIFT_MISTAKES = (
-    Mistake("transposed", lambda k, d: _blocks(k, d, _frequencies(d), sign=-1),
-            "your matrix is the transpose of the one asked for: it moves the table back by "
-            "k positions instead of forward (or you built the map for a row vector times "
-            "the matrix); expand the sine and the cosine of a sum of two angles and read "
-            "off the signs"),
-    Mistake("angle_k", lambda k, d: _blocks(k, d, torch.ones(d // 2, dtype=torch.float64)),
-            "every pair of your matrix turns by k radians; pair i turns by k times its own "
-            "frequency, one over 10000 to the power 2i over d_model"),
-    Mistake("base_1000", lambda k, d: _blocks(k, d, _frequencies(d, base=1000.0)),
-            "your frequencies use the base 1000; the table's base is 10000"),
-    Mistake("pair_number_over_d", lambda k, d: _blocks(k, d, _frequencies(d, exponent="i")),
-            "your frequencies use the exponent i over d_model; the table's exponent is 2i "
-            "over d_model, with i the number of the pair"),
-)
+def _shift(sign: int = 1, base: float = 10000.0, exponent: str = "2i",
+           per_pair: bool = True):
+    """A shift map with one thing changed: the sign of its sines (``-1``: the transpose),
+    the base and exponent of its frequencies, or one angle ``k`` for every pair
+    (``per_pair=False``)."""
+
+    def wrong(k, d):
+        omega = (_frequencies(d, base, exponent) if per_pair
+                 else torch.ones(d // 2, dtype=torch.float64))
+        return _blocks(k, d, omega, sign)
+
+    return wrong
+
+
+SHIFT_MISTAKES = mistake_table(_shift, [
+    ("transposed", {"sign": -1},
+     "your matrix is the transpose of the one asked for: it moves the table back by "
+     "k positions instead of forward (or you built the map for a row vector times "
+     "the matrix); expand the sine and the cosine of a sum of two angles and read "
+     "off the signs"),
+    ("angle_k", {"per_pair": False},
+     "every pair of your matrix turns by k radians; pair i turns by k times its own "
+     "frequency, one over 10000 to the power 2i over d_model"),
+    ("base_1000", {"base": 1000.0},
+     "your frequencies use the base 1000; the table's base is 10000"),
+    ("pair_number_over_d", {"exponent": "i"},
+     "your frequencies use the exponent i over d_model; the table's exponent is 2i "
+     "over d_model, with i the number of the pair"),
+])
 
 
 # --------------------------------------------------------------------------- question 3
@@ -605,42 +619,42 @@ def gap_cases() -> list[Case]:
     ]
 
 
-GAP_MISTAKES = (
-    Mistake("original_order", lambda *a: _gaps(*a, compare_with="none"),
-            "you compared with the original outputs in their original order; re-order "
-            "them by the permutation first, as you did the input"),
-    Mistake("inverse_permutation", lambda *a: _gaps(*a, compare_with="inverse"),
-            "you re-ordered the original outputs by the inverse permutation; re-order them "
-            "by the permutation itself, as you did the input (a moved token takes its "
-            "output along)"),
-    Mistake("table_travels", lambda *a: _gaps(*a, table="travels"),
-            "your positional gap is about zero, as if every word had kept its old "
-            "position's code (the table added before permuting, or not at all); permute the "
-            "words first, then add the table to both inputs: a word that moves gets the "
-            "code of its new position"),
-    Mistake("table_on_moved_input_only", lambda *a: _gaps(*a, table="moved_only"),
-            "you added the table to the permuted input only; add it to the original input "
-            "too, so that the two runs differ only in the order of the words"),
-    Mistake("causal_mask_upper", lambda *a: _gaps(*a, causal="upper"),
-            "your causal mask lets each position see the positions after it: the causal "
-            "mask is True where the key is at or before the query"),
-    Mistake("causal_mask_inverted", lambda *a: _gaps(*a, causal="inverted"),
-            "your causal mask is inverted (True where the key lies after the query); it is "
-            "True where the key is at or before the query"),
-    Mistake("causal_mask_strict", lambda *a: _gaps(*a, causal="strict"),
-            "your causal mask leaves out the diagonal: a position may attend to itself, so "
-            "the mask is True where the key is at or before the query"),
-    Mistake("sum_gap", lambda *a: _gaps(*a, reduce="sum"),
-            "you added up the differences; the gap is the largest absolute difference"),
-    Mistake("mean_gap", lambda *a: _gaps(*a, reduce="mean"),
-            "you averaged the differences; the gap is the largest absolute difference"),
-    Mistake("signed_gap", lambda *a: _gaps(*a, reduce="signed"),
-            "you took the largest signed difference; the gap is the largest absolute "
-            "difference"),
-    Mistake("mask_not_permuted", lambda *a: _gaps(*a, mask="not_permuted"),
-            "you permuted the tokens but not their padding mask, so the mask now hides "
-            "real tokens and lets padding through; permute the mask with the tokens"),
-)
+GAP_MISTAKES = mistake_table(changed(_gaps), [
+    ("original_order", {"compare_with": "none"},
+     "you compared with the original outputs in their original order; re-order "
+     "them by the permutation first, as you did the input"),
+    ("inverse_permutation", {"compare_with": "inverse"},
+     "you re-ordered the original outputs by the inverse permutation; re-order them "
+     "by the permutation itself, as you did the input (a moved token takes its "
+     "output along)"),
+    ("table_travels", {"table": "travels"},
+     "your positional gap is about zero, as if every word had kept its old "
+     "position's code (the table added before permuting, or not at all); permute the "
+     "words first, then add the table to both inputs: a word that moves gets the "
+     "code of its new position"),
+    ("table_on_moved_input_only", {"table": "moved_only"},
+     "you added the table to the permuted input only; add it to the original input "
+     "too, so that the two runs differ only in the order of the words"),
+    ("causal_mask_upper", {"causal": "upper"},
+     "your causal mask lets each position see the positions after it: the causal "
+     "mask is True where the key is at or before the query"),
+    ("causal_mask_inverted", {"causal": "inverted"},
+     "your causal mask is inverted (True where the key lies after the query); it is "
+     "True where the key is at or before the query"),
+    ("causal_mask_strict", {"causal": "strict"},
+     "your causal mask leaves out the diagonal: a position may attend to itself, so "
+     "the mask is True where the key is at or before the query"),
+    ("sum_gap", {"reduce": "sum"},
+     "you added up the differences; the gap is the largest absolute difference"),
+    ("mean_gap", {"reduce": "mean"},
+     "you averaged the differences; the gap is the largest absolute difference"),
+    ("signed_gap", {"reduce": "signed"},
+     "you took the largest signed difference; the gap is the largest absolute "
+     "difference"),
+    ("mask_not_permuted", {"mask": "not_permuted"},
+     "you permuted the tokens but not their padding mask, so the mask now hides "
+     "real tokens and lets padding through; permute the mask with the tokens"),
+])
 
 
 # --------------------------------------------------------------------------- question 8

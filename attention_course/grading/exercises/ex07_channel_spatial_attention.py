@@ -270,11 +270,6 @@ def parameter_counts(channels: int, reduction: int, kernel_size: int) -> dict[st
     }
 
 
-def _counts(se, channel, spatial):
-    return lambda c, r, k: {"se": se(c, r, k), "cbam_channel": channel(c, r, k),
-                            "cbam_spatial": spatial(c, r, k)}
-
-
 def _right_se(c, r, k):
     return 2 * c * max(1, c // r)
 
@@ -283,9 +278,16 @@ def _right_spatial(c, r, k):
     return 2 * k * k + 1
 
 
+def _counts(se=_right_se, channel=_right_se, spatial=_right_spatial):
+    """Counts of ``(C, r, k)``, each block's by its own formula (the right ones by
+    default: CBAM's channel MLP is SE's)."""
+    return lambda c, r, k: {"se": se(c, r, k), "cbam_channel": channel(c, r, k),
+                            "cbam_spatial": spatial(c, r, k)}
+
+
 def _mlps(count):
     """Both channel MLPs (SE's and CBAM's) counted by ``count``, the rest right."""
-    return _counts(count, count, _right_spatial)
+    return _counts(count, count)
 
 
 COUNT_MISTAKES = (
@@ -309,32 +311,31 @@ COUNT_MISTAKES = (
          "you counted biases in the channel MLP: like the papers' formulas, its layers "
          "have none"),
     ]),
-    Mistake("mlp_twice", _counts(_right_se, lambda c, r, k: 2 * _right_se(c, r, k),
-                                 _right_spatial),
-            "you counted CBAM's MLP twice: the average- and the max-pooled descriptors go "
-            "through one shared MLP, so the second descriptor costs no parameters"),
-    Mistake("whole_cbam", _counts(_right_se,
-                                  lambda c, r, k: _right_se(c, r, k) + _right_spatial(c, r, k),
-                                  _right_spatial),
-            "your CBAM channel count includes the spatial stage: count the channel "
-            "attention alone, the spatial attention has its own key"),
-    Mistake("bias_per_map", _counts(_right_se, _right_se, lambda c, r, k: 2 * k * k + 2),
-            "you gave the convolution two biases: it has one output map, so one bias (the "
-            "two input maps only bring weights)"),
-    Mistake("no_conv_bias", _counts(_right_se, _right_se, lambda c, r, k: 2 * k * k),
-            "the spatial convolution has a bias too: one more parameter"),
-    Mistake("kernel_side_only", _counts(_right_se, _right_se, lambda c, r, k: 2 * k + 1),
-            "you counted k weights for each input map; a k by k kernel has k times k "
-            "weights for each of the two maps"),
-    Mistake("one_map", _counts(_right_se, _right_se, lambda c, r, k: k * k + 1),
-            "the spatial convolution reads two stacked maps, the channel average and the "
-            "channel maximum: its kernel has k times k weights for each of them"),
-    Mistake("per_channel", _counts(_right_se, _right_se, lambda c, r, k: 2 * c * k * k + 1),
-            "your spatial count grows with C: the convolution reads the two pooled maps, "
-            "never the C channels, so its size depends on k alone"),
-    Mistake("depends_on_c", _counts(_right_se, _right_se, lambda c, r, k: c * k * k + 1),
-            "your spatial count has C times k times k weights: the convolution reads only the "
-            "two maps pooled over the channels, whatever C is"),
+    *mistake_table(_counts, [
+        ("mlp_twice", {"channel": lambda c, r, k: 2 * _right_se(c, r, k)},
+         "you counted CBAM's MLP twice: the average- and the max-pooled descriptors go "
+         "through one shared MLP, so the second descriptor costs no parameters"),
+        ("whole_cbam", {"channel": lambda c, r, k: _right_se(c, r, k) + _right_spatial(c, r, k)},
+         "your CBAM channel count includes the spatial stage: count the channel "
+         "attention alone, the spatial attention has its own key"),
+        ("bias_per_map", {"spatial": lambda c, r, k: 2 * k * k + 2},
+         "you gave the convolution two biases: it has one output map, so one bias (the "
+         "two input maps only bring weights)"),
+        ("no_conv_bias", {"spatial": lambda c, r, k: 2 * k * k},
+         "the spatial convolution has a bias too: one more parameter"),
+        ("kernel_side_only", {"spatial": lambda c, r, k: 2 * k + 1},
+         "you counted k weights for each input map; a k by k kernel has k times k "
+         "weights for each of the two maps"),
+        ("one_map", {"spatial": lambda c, r, k: k * k + 1},
+         "the spatial convolution reads two stacked maps, the channel average and the "
+         "channel maximum: its kernel has k times k weights for each of them"),
+        ("per_channel", {"spatial": lambda c, r, k: 2 * c * k * k + 1},
+         "your spatial count grows with C: the convolution reads the two pooled maps, "
+         "never the C channels, so its size depends on k alone"),
+        ("depends_on_c", {"spatial": lambda c, r, k: c * k * k + 1},
+         "your spatial count has C times k times k weights: the convolution reads only the "
+         "two maps pooled over the channels, whatever C is"),
+    ]),
 )
 
 
@@ -386,46 +387,44 @@ def _spatial_variant(first="mean", second="max", padding=None, gate="sigmoid", u
     return wrong
 
 
-SPATIAL_MISTAKES = (
-    Mistake("max_mean", _spatial_variant("max", "mean"),
-            "your map stacks the maximum first, then the average: the kernel's first input "
-            "map is the channel average, its second the channel maximum"),
-    *mistake_table(_spatial_variant, [
-        ("no_sigmoid", {"gate": "none"},
-         "your map is the convolution's raw output, with values outside (0, 1): finish "
-         "with a sigmoid"),
-        ("softmax", {"gate": "softmax"},
-         "your map sums to 1 over the positions, as a softmax makes it: CBAM gives each "
-         "position its own weight in (0, 1) with a sigmoid"),
-        ("no_padding", {"padding": lambda k: 0},
-         "your map is smaller than the image: without padding a k x k kernel loses k - 1 "
-         "rows and columns; pad by half the kernel size, rounded down, on every side"),
-        ("too_much_padding", {"padding": lambda k: k - 1},
-         "your map is larger than the image: pad by half the kernel size, rounded down, "
-         "not by k - 1"),
-        ("padding_one", {"padding": lambda k: 1},
-         "your map has the right size only for a 3 x 3 kernel: the padding must grow "
-         "with the kernel, half its size rounded down"),
-        ("padding_three", {"padding": lambda k: 3},
-         "your map has the right size only for a 7 x 7 kernel: the padding must follow "
-         "the kernel, half its size rounded down"),
-        ("padding_k", {"padding": lambda k: k},
-         "your map is larger than the image: pad by half the kernel size, rounded down, "
-         "not by the whole kernel size"),
-        ("no_bias", {"use_bias": False},
-         "your map ignores the convolution's bias: add it before the sigmoid"),
-    ]),
-    Mistake("sum", _spatial_variant("sum", "max"),
-            "your first map is the sum over the channels: CBAM stacks the channel average"),
-    Mistake("mean_twice", _spatial_variant("mean", "mean"),
-            "both of your stacked maps are the channel average: the second one is the "
-            "channel maximum"),
-    Mistake("max_twice", _spatial_variant("max", "max"),
-            "both of your stacked maps are the channel maximum: the first one is the channel "
-            "average"),
-    Mistake("min", _spatial_variant("mean", "min"),
-            "your second map is the channel minimum: CBAM stacks the channel maximum"),
-)
+SPATIAL_MISTAKES = mistake_table(_spatial_variant, [
+    ("max_mean", {"first": "max", "second": "mean"},
+     "your map stacks the maximum first, then the average: the kernel's first input "
+     "map is the channel average, its second the channel maximum"),
+    ("no_sigmoid", {"gate": "none"},
+     "your map is the convolution's raw output, with values outside (0, 1): finish "
+     "with a sigmoid"),
+    ("softmax", {"gate": "softmax"},
+     "your map sums to 1 over the positions, as a softmax makes it: CBAM gives each "
+     "position its own weight in (0, 1) with a sigmoid"),
+    ("no_padding", {"padding": lambda k: 0},
+     "your map is smaller than the image: without padding a k x k kernel loses k - 1 "
+     "rows and columns; pad by half the kernel size, rounded down, on every side"),
+    ("too_much_padding", {"padding": lambda k: k - 1},
+     "your map is larger than the image: pad by half the kernel size, rounded down, "
+     "not by k - 1"),
+    ("padding_one", {"padding": lambda k: 1},
+     "your map has the right size only for a 3 x 3 kernel: the padding must grow "
+     "with the kernel, half its size rounded down"),
+    ("padding_three", {"padding": lambda k: 3},
+     "your map has the right size only for a 7 x 7 kernel: the padding must follow "
+     "the kernel, half its size rounded down"),
+    ("padding_k", {"padding": lambda k: k},
+     "your map is larger than the image: pad by half the kernel size, rounded down, "
+     "not by the whole kernel size"),
+    ("no_bias", {"use_bias": False},
+     "your map ignores the convolution's bias: add it before the sigmoid"),
+    ("sum", {"first": "sum"},
+     "your first map is the sum over the channels: CBAM stacks the channel average"),
+    ("mean_twice", {"second": "mean"},
+     "both of your stacked maps are the channel average: the second one is the "
+     "channel maximum"),
+    ("max_twice", {"first": "max"},
+     "both of your stacked maps are the channel maximum: the first one is the channel "
+     "average"),
+    ("min", {"second": "min"},
+     "your second map is the channel minimum: CBAM stacks the channel maximum"),
+])
 
 
 def _spatial_diagnose(case: Case, expected, got) -> str | None:

@@ -192,36 +192,46 @@ def rotate_cases() -> list[Case]:
     ]
 
 
-ROTATE_MISTAKES = (
-    Mistake("unfixed", lambda x, base=10000.0: _rotate(x, base, start=1, second="starter"),
-            "this is still the broken function: both of its bugs are in it (where the "
-            "positions start, and how the second entry of each pair is made)"),
-    Mistake("sign_still_wrong", lambda x, base=10000.0: _rotate(x, base, second="starter"),
-            "the positions are right now, but the second entry of each pair is still not "
-            "that of a rotation: your function changes the length of the vectors (the "
-            "chapter's norm check fails); expand the rotation of the pair by the angle and "
-            "compare the signs"),
-    Mistake("positions_from_one", lambda x, base=10000.0: _rotate(x, base, start=1),
-            "the rotation is right now, but the first token is still turned: positions "
-            "start at 0, and position 0 must leave the vector as it is"),
-    Mistake("clockwise", lambda x, base=10000.0: _rotate(x, base, second="clockwise"),
-            "your pairs turn the other way (by minus the angle): a rotation, so the "
-            "lengths and the relative property hold, but not the direction the chapter's "
-            "formula turns; compare your two signs with the rotation matrix"),
-    Mistake("rotate_half", lambda x, base=10000.0: _rotate(x, base, layout="half"),
-            "you paired feature i with feature i + d/2 (the rotate-half layout of some "
-            "code bases); the question pairs adjacent features, 0 with 1, 2 with 3, ..."),
-    Mistake("base_ignored", lambda x, base=10000.0: _rotate(x),
-            "your function ignores its base argument and always uses 10000; the pairs' "
-            "speeds are the given base to the power -2i/d"),
-    Mistake("speeds_grow", lambda x, base=10000.0: _rotate(x, base, sign=1.0),
-            "your pairs turn faster and faster along the vector: the exponent of the base "
-            "has lost its minus sign; the first pair turns fastest, by one radian per "
-            "position, and the later pairs ever more slowly"),
-    Mistake("pair_number_over_d", lambda x, base=10000.0: _rotate(x, base, exponent="i"),
-            "your frequencies use the exponent i over d, with i the number of the pair; "
-            "the speed of pair i is the base to the power -2i/d"),
-)
+def _rotating(base_ignored: bool = False, **settings):
+    """``rotate_pairs`` with one thing changed (see :func:`_rotate`), or its ``base``
+    argument ignored (always 10000)."""
+
+    def rotate(x, base=10000.0):
+        return _rotate(x, 10000.0 if base_ignored else base, **settings)
+
+    return rotate
+
+
+ROTATE_MISTAKES = mistake_table(_rotating, [
+    ("unfixed", {"start": 1, "second": "starter"},
+     "this is still the broken function: both of its bugs are in it (where the "
+     "positions start, and how the second entry of each pair is made)"),
+    ("sign_still_wrong", {"second": "starter"},
+     "the positions are right now, but the second entry of each pair is still not "
+     "that of a rotation: your function changes the length of the vectors (the "
+     "chapter's norm check fails); expand the rotation of the pair by the angle and "
+     "compare the signs"),
+    ("positions_from_one", {"start": 1},
+     "the rotation is right now, but the first token is still turned: positions "
+     "start at 0, and position 0 must leave the vector as it is"),
+    ("clockwise", {"second": "clockwise"},
+     "your pairs turn the other way (by minus the angle): a rotation, so the "
+     "lengths and the relative property hold, but not the direction the chapter's "
+     "formula turns; compare your two signs with the rotation matrix"),
+    ("rotate_half", {"layout": "half"},
+     "you paired feature i with feature i + d/2 (the rotate-half layout of some "
+     "code bases); the question pairs adjacent features, 0 with 1, 2 with 3, ..."),
+    ("base_ignored", {"base_ignored": True},
+     "your function ignores its base argument and always uses 10000; the pairs' "
+     "speeds are the given base to the power -2i/d"),
+    ("speeds_grow", {"sign": 1.0},
+     "your pairs turn faster and faster along the vector: the exponent of the base "
+     "has lost its minus sign; the first pair turns fastest, by one radian per "
+     "position, and the later pairs ever more slowly"),
+    ("pair_number_over_d", {"exponent": "i"},
+     "your frequencies use the exponent i over d, with i the number of the pair; "
+     "the speed of pair i is the base to the power -2i/d"),
+])
 
 
 def diagnose_rotation(case: Case, expected, got) -> str | None:
