@@ -18,16 +18,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 from grading_helpers import (
-    ROOT,
+    each_wrong_choice_test,
     grade_cells,
     judge,
+    learner_path,
+    learner_starter,
     listed_mistake_test,
     lost,
+    named_mistakes_test,
     notebook_cells,
     replace_in_solution,
 )
-
-from attention_course.grading import get_exercise
 
 EXERCISE = "11_small_gpt"
 
@@ -213,17 +214,8 @@ LISTED = [
 ]
 
 
-def test_every_wrong_choice_has_its_own_message():
-    question = get_exercise(EXERCISE).question("q3_predict_invariance")
-    right = question.reference()
-    seen = set()
-    for part in right:
-        answer = {**right, part: "changes"}
-        result = feedback("q3_predict_invariance", lambda answer=answer: answer)
-        assert result.points == question.points - question.parts[part]
-        message = result.message.split(": ", 1)[1]
-        assert "expected" not in message and message not in seen, message
-        seen.add(message)
+test_every_wrong_choice_has_its_own_message = each_wrong_choice_test(
+    EXERCISE, ["q3_predict_invariance"])
 
 
 # --------------------------------------------------------------------------- not listed
@@ -286,16 +278,8 @@ NOT_LISTED = [
 ]
 
 
-MISTAKES = [("listed", *m) for m in LISTED] + [("other", *m) for m in NOT_LISTED]
-
-
-@pytest.mark.parametrize("kind, question_id, answer, words", MISTAKES,
-                         ids=[f"{k}-{q}-{i}" for i, (k, q, _, _) in enumerate(MISTAKES)])
-def test_each_mistake_loses_points_with_a_message_that_names_it(kind, question_id, answer,
-                                                                 words):
-    """Listed mistakes get their own message; the others a diagnosis that says what is off."""
-    result = feedback(question_id, answer)
-    assert words in result.message, result.message
+test_each_mistake_loses_points_with_a_message_that_names_it = named_mistakes_test(
+    EXERCISE, LISTED, NOT_LISTED)
 
 
 def _norm_rsqrt_float64(x, weight, eps=1e-5):
@@ -382,7 +366,7 @@ def _flat(text: str) -> str:
 def test_question_3s_experiment_comes_after_the_committed_prediction(capsys):
     """Nothing on the learner's page measures question 3's changes before its check cell,
     and the experiment measures only once ``predict_invariance`` returns an answer."""
-    nb = json.loads((ROOT / "exercises" / f"{EXERCISE}.ipynb").read_text(encoding="utf-8"))
+    nb = json.loads(learner_path(EXERCISE).read_text(encoding="utf-8"))
     cells = [(c["cell_type"], "".join(c["source"])) for c in nb["cells"]]
     (check_at,) = [i for i, (kind, source) in enumerate(cells) if kind == "code"
                    and _flat(source) == _flat('check("11_small_gpt", predict_invariance)')]
@@ -406,20 +390,18 @@ def test_question_3s_experiment_comes_after_the_committed_prediction(capsys):
 
 def test_the_learners_page_shows_no_answer():
     """No visible cell computes the nucleus, the grouped heads or the smoothed counts."""
-    for source in notebook_cells(ROOT / "exercises" / f"{EXERCISE}.ipynb"):
+    for source in notebook_cells(learner_path(EXERCISE)):
         for telltale in ("repeat_interleave", "cumsum", "index_put_", "rsqrt",
                          "torch.arange(t, t + n)"):
             assert telltale not in source, (telltale, source[:60])
 
 
 def test_the_learners_starter_is_recognised_once_its_raise_line_is_gone():
-    cells = notebook_cells(ROOT / "exercises" / f"{EXERCISE}.ipynb")
-    (rope_cell,) = [c for c in cells if c.startswith("def rope(")]
-    (starter,) = [c for c in cells if c.startswith("def rope_cache_step")]
-    lines = [line for line in starter.splitlines() if "raise NotImplementedError" not in line]
+    (rope_cell,) = [c for c in notebook_cells(learner_path(EXERCISE))
+                    if c.startswith("def rope(")]
     namespace: dict = {"torch": torch, "math": math}
     exec(rope_cell, namespace)
-    exec("\n".join(lines), namespace)
+    exec(learner_starter(EXERCISE, "def rope_cache_step"), namespace)
     result = feedback("q4_rope_cache", namespace["rope_cache_step"])
     assert "what the given code computes" in result.message
 
@@ -427,18 +409,14 @@ def test_the_learners_starter_is_recognised_once_its_raise_line_is_gone():
 # --------------------------------------------------------------------------- the real grader
 
 def test_grader_names_one_line_mistakes(tmp_path, server):
-    cells = replace_in_solution(EXERCISE, "k.repeat_interleave(group, dim=1)",
-                                "k.repeat(1, group, 1, 1)")
-    joined = "\n\x00\n".join(cells)
-    for fixed, broken in [
+    cells = replace_in_solution(
+        EXERCISE,
+        ("k.repeat_interleave(group, dim=1)", "k.repeat(1, group, 1, 1)"),
         ("v.repeat_interleave(group, dim=1)", "v.repeat(1, group, 1, 1)"),
         ("torch.arange(t, t + n)", "torch.arange(t + 1, t + n + 1)"),
         ("ffn = 3 * d_model * d_ff", "ffn = 2 * d_model * d_ff"),
-        ("keep_sorted = before < p", "keep_sorted = sorted_probs.cumsum(dim=-1) <= p"),
-    ]:
-        assert joined.count(fixed) == 1, fixed
-        joined = joined.replace(fixed, broken)
-    graded = grade_cells(EXERCISE, tmp_path, joined.split("\n\x00\n"), server)
+        ("keep_sorted = before < p", "keep_sorted = sorted_probs.cumsum(dim=-1) <= p"))
+    graded = grade_cells(EXERCISE, tmp_path, cells, server)
     assert "take the key/value heads in turn" in graded["q2_gqa"].message
     assert "still sit one position too far" in graded["q4_rope_cache"].message
     assert graded["q5_weights"].points == 1 and "SwiGLU has three" in \
@@ -450,9 +428,9 @@ def test_grader_names_one_line_mistakes(tmp_path, server):
 
 def test_grader_refuses_the_chapters_modules(tmp_path, server):
     cells = replace_in_solution(
-        EXERCISE, "    # BEGIN SOLUTION\n    kv_width",
-        "    # BEGIN SOLUTION\n    from attention_course import gpt  # noqa: F401\n"
-        "    kv_width")
+        EXERCISE, ("    # BEGIN SOLUTION\n    kv_width",
+                   "    # BEGIN SOLUTION\n    from attention_course import gpt  # noqa: F401\n"
+                   "    kv_width"))
     graded = grade_cells(EXERCISE, tmp_path, cells, server)
     assert graded["q5_weights"].status == "error"
     assert "write the code yourself" in graded["q5_weights"].message

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from module_helpers import seeded
 
 from attention_course.decoding import KVCache
 from attention_course.experiments import gpt as experiment
@@ -231,13 +232,13 @@ def test_sampling_follows_the_generator_and_top_k():
     model = _model(seed=4)
     prompt = torch.randint(0, 61, (4, 3))
     draws = [model.generate(prompt, 12, temperature=1.0,
-                            generator=torch.Generator().manual_seed(9)) for _ in range(2)]
+                            generator=seeded(9)) for _ in range(2)]
     assert torch.equal(*draws)
     top1 = model.generate(prompt, 12, temperature=1.0, top_k=1,
-                          generator=torch.Generator().manual_seed(1))
+                          generator=seeded(1))
     assert torch.equal(top1, model.generate(prompt, 12))
     nucleus = model.generate(prompt, 12, temperature=0.7, top_p=1e-6,
-                             generator=torch.Generator().manual_seed(2))
+                             generator=seeded(2))
     assert torch.equal(nucleus, top1)
 
 
@@ -326,7 +327,7 @@ def test_windows_are_consecutive_and_cover_the_split():
     data = experiment.TokenData(tok, torch.arange(20), torch.arange(11))
     assert data.windows("val", 5).tolist() == [[0, 1, 2, 3, 4, 5], [5, 6, 7, 8, 9, 10]]
     assert data.windows("train", 4, count=2).shape == (2, 5)
-    batch = next(experiment.random_batches(data.train, 3, 4, torch.Generator().manual_seed(0)))
+    batch = next(experiment.random_batches(data.train, 3, 4, seeded(0)))
     assert batch.shape == (3, 5) and bool((batch.diff(dim=1) == 1).all())
 
 
