@@ -18,8 +18,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from grading_helpers import (
+    assert_each_question,
     each_wrong_choice_test,
     grade_cells,
+    graded_record,
     judge,
     learner_path,
     learner_starter,
@@ -408,22 +410,35 @@ def test_the_learners_starter_is_recognised_once_its_raise_line_is_gone():
 
 # --------------------------------------------------------------------------- the real grader
 
+MISTAKES_IN_FOUR_QUESTIONS = [
+    # q2: the key/value heads cycled
+    ("k.repeat_interleave(group, dim=1)", "k.repeat(1, group, 1, 1)"),
+    ("v.repeat_interleave(group, dim=1)", "v.repeat(1, group, 1, 1)"),
+    # q4: one bug fixed (the values), the positions still one too far
+    ("torch.arange(t, t + n)", "torch.arange(t + 1, t + n + 1)"),
+    # q5: a ReLU network's two matrices
+    ("ffn = 3 * d_model * d_ff", "ffn = 2 * d_model * d_ff"),
+    # q6: the crossing token lost
+    ("keep_sorted = before < p", "keep_sorted = sorted_probs.cumsum(dim=-1) <= p"),
+]
+
+
+GRADED = {  # question: (points left, words of the message)
+    "q1_rms_norm": (2, "all 6 cases match"),
+    "q2_gqa": (0, "take the key/value heads in turn"),
+    "q3_predict_invariance": (3, "every part matches"),
+    "q4_rope_cache": (0, "still sit one position too far"),
+    "q5_weights": (1, "SwiGLU has three"),
+    "q6_top_p": (0, "the token that takes the total past p is lost"),
+    "q7_smoothing": (3, "every part matches"),
+}
+
+
 def test_grader_names_one_line_mistakes(tmp_path, server):
-    cells = replace_in_solution(
-        EXERCISE,
-        ("k.repeat_interleave(group, dim=1)", "k.repeat(1, group, 1, 1)"),
-        ("v.repeat_interleave(group, dim=1)", "v.repeat(1, group, 1, 1)"),
-        ("torch.arange(t, t + n)", "torch.arange(t + 1, t + n + 1)"),
-        ("ffn = 3 * d_model * d_ff", "ffn = 2 * d_model * d_ff"),
-        ("keep_sorted = before < p", "keep_sorted = sorted_probs.cumsum(dim=-1) <= p"))
-    graded = grade_cells(EXERCISE, tmp_path, cells, server)
-    assert "take the key/value heads in turn" in graded["q2_gqa"].message
-    assert "still sit one position too far" in graded["q4_rope_cache"].message
-    assert graded["q5_weights"].points == 1 and "SwiGLU has three" in \
-        graded["q5_weights"].message
-    assert "the token that takes the total past p is lost" in graded["q6_top_p"].message
-    for passing in ("q1_rms_norm", "q3_predict_invariance", "q7_smoothing"):
-        assert graded[passing].status == "passed"
+    record = graded_record(EXERCISE, tmp_path,
+                           replace_in_solution(EXERCISE, *MISTAKES_IN_FOUR_QUESTIONS), server)
+    assert_each_question(record, GRADED)
+    assert (record.score, record.max_score) == (9, 19)
 
 
 def test_grader_refuses_the_chapters_modules(tmp_path, server):
