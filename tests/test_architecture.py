@@ -25,7 +25,8 @@ SHARED = ("device", "i18n", "training", "data", "plotting", "claims", "metrics")
 CHAPTERS = {"kernel_regression": 1, "scoring": 2, "masking": 3, "seq2seq": 4,
             "multihead": 5, "transformer_layers": 6, "transformer": 6,
             "channel_spatial": 7, "positions": 8,
-            "decoding": 9, "efficient": 10, "linear_attention": 10}
+            "decoding": 9, "efficient": 10, "linear_attention": 10,
+            "gpt": 11}
 # may import anything of the package; nothing below imports them
 TOP = ("grading", "cli", "__init__")
 
@@ -69,7 +70,7 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 def layer(module: str) -> tuple[str, int]:
-    """``(kind, rank)``: shared (0), a chapter or its experiment (1..10), top (99)."""
+    """``(kind, rank)``: shared (0), a chapter or its experiment (1..11), top (99)."""
     head = module.split(".")[0]
     if head in TOP:
         return "top", 99

@@ -107,7 +107,7 @@ def test_the_learners_book_holds_no_solution(built_book: Path) -> None:
 
 def _exercise_names() -> list[str]:
     names = sorted(p.stem for p in (ROOT / "exercises").glob("[0-9]*.ipynb"))
-    assert len(names) == 10, names
+    assert len(names) == 11, names
     return names
 
 

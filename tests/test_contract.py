@@ -935,6 +935,55 @@ def test_cbam_defaults_with_few_channels():
 
 
 # --------------------------------------------------------------------------------------
+# gpt: GPTConfig, GPT, BPETokenizer
+# --------------------------------------------------------------------------------------
+
+
+def test_gpt_config_and_forward_shape():
+    gpt = pytest.importorskip("attention_course.gpt")
+    config = gpt.GPTConfig(37, 32, 4, 2, 2, 16)  # positional, in the contract's order
+    assert (config.vocab_size, config.d_model, config.num_heads, config.num_kv_heads,
+            config.num_layers, config.max_len) == (37, 32, 4, 2, 2, 16)
+    torch.manual_seed(0)
+    model = gpt.GPT(config).eval()
+    ids = torch.randint(0, 37, (3, 9), generator=gen(1))
+    with torch.no_grad():
+        logits = model(ids)
+    assert logits.shape == (3, 9, 37) and logits.dtype == torch.float32
+    changed = ids.clone()
+    changed[:, 6:] = (changed[:, 6:] + 5) % 37
+    with torch.no_grad():
+        assert torch.allclose(model(changed)[:, :6], logits[:, :6], atol=ATOL)
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
+def test_gpt_generate_same_ids_with_and_without_cache(num_kv_heads):
+    gpt = pytest.importorskip("attention_course.gpt")
+    torch.manual_seed(num_kv_heads)
+    model = gpt.GPT(gpt.GPTConfig(vocab_size=29, d_model=32, num_heads=4,
+                                  num_kv_heads=num_kv_heads, num_layers=2, max_len=40))
+    ids = torch.randint(0, 29, (2, 4), generator=gen(2))
+    cached = model.generate(ids, 15)
+    uncached = model.generate(ids, max_new_tokens=15, temperature=0.0, use_cache=False)
+    assert torch.equal(cached, uncached)
+    assert cached.shape == (2, 19) and torch.equal(cached[:, :4], ids)
+    with torch.no_grad():
+        greedy = model(cached[:, :-1]).argmax(-1)[:, 3:]
+    assert torch.equal(greedy, cached[:, 4:])
+
+
+def test_bpe_tokenizer_round_trips_any_string():
+    gpt = pytest.importorskip("attention_course.gpt")
+    text = "def f(x):\n    return x * 2  # double\n" * 20 + "naïve café 注意力"
+    tok = gpt.BPETokenizer.train(text, 300)
+    for s in [text, "", " ", "unseen: Ωμέγα 🙂\r\n\t", "\x00\x7f", "\ud83d"]:
+        ids = tok.encode(s)
+        assert isinstance(ids, list) and all(isinstance(i, int) for i in ids)
+        assert tok.decode(ids) == s
+    assert len(tok.encode(text)) < len(text.encode())  # merges were learnt
+
+
+# --------------------------------------------------------------------------------------
 # grader CLI
 # --------------------------------------------------------------------------------------
 
