@@ -251,9 +251,10 @@ def package_messages() -> dict[str, dict[str, list[tuple[str, int]]]]:
     The messages are the literals in ``_()`` and ``N_()`` calls anywhere in the package
     (and in the scripts that draw the book's figures, ``book/images/make_*.py``) and, for
     each exercise, the words of its spec (titles, hints, sections, known
-    mistakes, the labels of the cases the learner sees), which the grader translates
-    where it shows them. A message is kept in the first catalog that has it (the
-    package's own, then the exercises in order).
+    mistakes, the labels of the cases the learner sees, the choices of a prediction),
+    which the grader translates where it shows them (a choice's translation is also an
+    answer it accepts). A message is kept in the first catalog that has it (the package's
+    own, then the exercises in order).
     """
     from babel.messages.extract import extract_from_dir
 
@@ -294,7 +295,7 @@ def package_messages() -> dict[str, dict[str, list[tuple[str, int]]]]:
         add(stem, exercise.title, where)
         for q in exercise.questions:
             for text in (q.title, q.hint, q.section, *(m.message for m in q.mistakes),
-                         *(c.label for c in q.cases() if not c.hidden)):
+                         *(c.label for c in q.cases() if not c.hidden), *q.choices):
                 add(stem, text, where)
     return found
 
