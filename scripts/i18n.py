@@ -182,18 +182,46 @@ _NUMBERED = re.compile(r"^\d+\. ")
 _NUMBERED_ESCAPED = re.compile(r"^\d+\\\. ")
 
 
+# Words inside maths, ``\text{bytes per token}``, are translated (MathJax sets Chinese
+# there); the maths around them is kept: a formula is compared without its \text{...}
+# parts and its spaces, so a translation may also split one into two ("\text{bias of
+# key } j" -> "\text{键 } j \text{ 的偏置}").
+_TEXT_IN_MATHS = re.compile(r"\\text\s*\{[^{}]*\}|\s+")
+# A choice a learner may type in Chinese is shown as code beside the English one
+# (`"训练误差下降"` after `"training down"`): a translation may add such string literals.
+_CHINESE_LITERAL = re.compile(r'^`"[^"`]*[\u4e00-\u9fff][^"`]*"`$')
+
+
+def _kept(part: str) -> str:
+    if part.startswith("$"):
+        return _TEXT_IN_MATHS.sub("", part)
+    return _PLAIN_FORMAT.sub(r"\1`", _GLUE_ZH.sub(r"\1", _GLUE_PAGE.sub(
+        r"\1", _ROLE_TEXT.sub(r"\1<\2>`", part))))
+
+
 def markup(text: str) -> list[str]:
     """The parts of a message a translation must keep as they are (roles, code,
     maths, link targets, inline HTML, footnotes), sorted. A role's visible text
     may be translated: of {term}`text <target>` only the role and the target
-    count."""
-    return sorted(_PLAIN_FORMAT.sub(r"\1`", _GLUE_ZH.sub(r"\1", _GLUE_PAGE.sub(
-        r"\1", _ROLE_TEXT.sub(r"\1<\2>`", part)))) for part in _MARKUP.findall(text))
+    count; so may the words of maths, ``\\text{...}``."""
+    return sorted(_kept(part) for part in _MARKUP.findall(text))
+
+
+def _markup_differs(english: str, translation: str) -> tuple[list[str], list[str]] | None:
+    """What a translation lost and added of its message's markup (``None``: nothing), a
+    Chinese string literal added as code not counted."""
+    wanted, have = markup(english), markup(translation)
+    added = [p for p in have if p not in wanted and not _CHINESE_LITERAL.match(p)]
+    if sorted(p for p in have if p in wanted or not _CHINESE_LITERAL.match(p)) == wanted:
+        return None
+    return sorted(set(wanted) - set(have)), sorted(set(added))
 
 
 def lint(paths: list[Path]) -> list[str]:
     """Translations whose markup differs from their English message's: a role,
-    a piece of code or maths, a link target that was lost, added or changed."""
+    a piece of code or maths, a link target that was lost, added or changed (the words
+    of a formula's ``\\text{...}`` may be translated; a display formula, a message that
+    starts with a line break, is checked as maths too)."""
     from babel.messages.pofile import read_po
 
     found = []
@@ -216,11 +244,16 @@ def lint(paths: list[Path]) -> list[str]:
                              f"translation must escape its full stop, as in "
                              f"'4\\. ...' (else Markdown reads '4. ...' as a list and "
                              f"the page keeps the English title)")
-            if m.id and m.string and markup(m.id) != markup(m.string):
-                lost = set(markup(m.id)) - set(markup(m.string))
-                added = set(markup(m.string)) - set(markup(m.id))
+            if (m.id and m.string and str(m.id).startswith("\n")  # a display formula
+                    and _TEXT_IN_MATHS.sub("", str(m.id))
+                    != _TEXT_IN_MATHS.sub("", str(m.string))):
+                found.append(f"{path.name}: {str(m.id)[:60]!r}: the formula's maths "
+                             f"differs (only the words of \\text{{...}} may be translated)")
+            differs = m.id and m.string and _markup_differs(str(m.id), str(m.string))
+            if differs:
+                lost, added = differs
                 found.append(f"{path.name}: {str(m.id)[:60]!r}: markup differs "
-                             f"(missing {sorted(lost)}, extra {sorted(added)})")
+                             f"(missing {lost}, extra {added})")
     return found
 
 

@@ -144,3 +144,44 @@ def test_a_numbered_title_must_escape_its_full_stop(tmp_path: Path) -> None:
         "4. Attention in encoder-decoder models": "4. 编码器-解码器模型中的注意力",
         "5. Multi-head attention": "5\\. 多头注意力"})
     assert len(found) == 1 and "escape its full stop" in found[0] and "4. Att" in found[0]
+
+
+def test_words_in_maths_may_be_translated_and_the_maths_may_not(tmp_path: Path) -> None:
+    r"""``\text{...}`` in a formula is translated (MathJax sets Chinese there); the maths
+    around it is kept, inline or displayed, and a translation may add a Chinese string
+    literal as code (a choice a learner may type) but no other code."""
+    english = r"Each token costs $\text{bytes per token} = 2 \cdot L \cdot d_\text{head}$."
+    assert i18n.markup(english) == i18n.markup(
+        r"每个词元占 $\text{每个词元的字节数} = 2 \cdot L \cdot d_\text{head}$。")
+    assert i18n.markup(english) != i18n.markup(
+        r"每个词元占 $\text{每个词元的字节数} = 4 \cdot L \cdot d_\text{head}$。")
+    display = "\n\\underbrace{x}_{\\text{bias of key } j:\\ b_j} + y\n"
+    found = _lint(tmp_path, "01_attention_pooling", {
+        display: "\n\\underbrace{x}_{\\text{键 } j \\text{ 的偏置}:\\ b_j} + y\n",
+        display.replace("y", "z"): "\n\\underbrace{x}_{\\text{键 } j \\text{ 的偏置}:\\ b_j} + y\n",
+        'Return `"up"` or `"down"`.': '返回 `"up"`（`"上升"`）或 `"down"`（`"下降"`）。',
+        "Return `up`.": "返回 `up` 或 `down`。"})
+    assert len(found) == 2, found
+    assert "the formula's maths differs" in found[0] and "+ z" in found[0]
+    assert "markup differs" in found[1] and "Return `up`" in found[1]
+
+
+_MATHS_NAMES = {"model", "ff", "base", "head", "scaled", "explicit", "tiled", "approx",
+                "rows", "target", "source", "BLEU", "NaN", "Epanechnikov"}
+
+
+def test_words_in_the_chinese_formulas_are_chinese() -> None:
+    r"""A formula's words (``\text{...}``) are Chinese in the Chinese edition, unless they
+    name a symbol, as a subscript does ($d_\text{model}$), or are a name (BLEU, NaN)."""
+    from babel.messages.pofile import read_po
+
+    left = []
+    for path in sorted(i18n.CATALOGS.rglob("*.po")):
+        with open(path, "rb") as f:
+            for m in read_po(f):
+                for words in re.findall(r"\\text\s*\{([^{}]*)\}", str(m.string or "")):
+                    if (re.search(r"[A-Za-z]{2,}", words)
+                            and not re.search(r"[\u4e00-\u9fff]", words)
+                            and words.strip() not in _MATHS_NAMES):
+                        left.append(f"{path.name}: \\text{{{words}}}")
+    assert not left, "\n".join(left)
