@@ -187,9 +187,10 @@ _NUMBERED_ESCAPED = re.compile(r"^\d+\\\. ")
 # parts and its spaces, so a translation may also split one into two ("\text{bias of
 # key } j" -> "\text{键 } j \text{ 的偏置}").
 _TEXT_IN_MATHS = re.compile(r"\\text\s*\{[^{}]*\}|\s+")
-# A choice a learner may type in Chinese is shown as code beside the English one
-# (`"训练误差下降"` after `"training down"`): a translation may add such string literals.
-_CHINESE_LITERAL = re.compile(r'^`"[^"`]*[\u4e00-\u9fff][^"`]*"`$')
+# What a Chinese learner types or reads is shown as code beside the English (a choice,
+# `"训练误差下降"` after `"training down"`; the Chinese feedback, `保留用例 N` after
+# `held-back case N`): a translation may add code that holds Chinese.
+_CHINESE_LITERAL = re.compile(r"^`[^`]*[\u4e00-\u9fff][^`]*`$")
 
 
 def _kept(part: str) -> str:
@@ -208,8 +209,8 @@ def markup(text: str) -> list[str]:
 
 
 def _markup_differs(english: str, translation: str) -> tuple[list[str], list[str]] | None:
-    """What a translation lost and added of its message's markup (``None``: nothing), a
-    Chinese string literal added as code not counted."""
+    """What a translation lost and added of its message's markup (``None``: nothing), code
+    added that holds Chinese not counted."""
     wanted, have = markup(english), markup(translation)
     added = [p for p in have if p not in wanted and not _CHINESE_LITERAL.match(p)]
     if sorted(p for p in have if p in wanted or not _CHINESE_LITERAL.match(p)) == wanted:
