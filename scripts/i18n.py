@@ -10,6 +10,10 @@
 
     python scripts/i18n.py messages  # the package's messages (feedback, grader, figures)
                                      # -> attention_course/locales/zh_CN/LC_MESSAGES/*.po
+    python scripts/i18n.py outputs [PAGE...]  # the words the chapters printed in their
+                                     # last run (the execution cache: build the book
+                                     # first) -> locales/zh_CN/outputs/book/*.po
+                                     # (scripts/output_catalogs.py)
 
 ``make book`` runs ``build`` after the English edition; ``make test`` runs ``check``
 (tests/test_i18n.py). Translators edit the ``.po`` files only: after a change of the
@@ -259,8 +263,10 @@ def lint(paths: list[Path]) -> list[str]:
 
 
 def check() -> int:
+    import output_catalogs
+
     found = (problems(extract()) + lint(sorted(CATALOGS.rglob("*.po")))
-             + message_problems())
+             + message_problems() + output_catalogs.problems())
     for line in found:
         print(f"i18n: {line}")
     if found:
@@ -455,11 +461,13 @@ def build_chinese() -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command",
-                        choices=("extract", "update", "check", "build", "lint", "messages"))
+                        choices=("extract", "update", "check", "build", "lint", "messages",
+                                 "outputs"))
     parser.add_argument("catalogs", nargs="*", type=Path,
                         help="lint: the .po files (default: all); update: the pages whose "
                              "catalogs to update (default: all); messages: the package's "
-                             "catalogs to update, by name (default: all)")
+                             "catalogs to update, by name (default: all); outputs: the chapters "
+                             "whose output catalogs to update (default: all)")
     args = parser.parse_args(argv)
     command = args.command
     if command == "lint":
@@ -473,6 +481,10 @@ def main(argv: list[str] | None = None) -> int:
         return update_messages([Path(c).stem for c in args.catalogs])
     if command == "update":
         return update([str(c) for c in args.catalogs])
+    if command == "outputs":
+        import output_catalogs
+
+        return output_catalogs.update([str(c) for c in args.catalogs])
     return {"check": check, "build": build_chinese}[command]()
 
 

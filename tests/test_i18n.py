@@ -185,3 +185,17 @@ def test_words_in_the_chinese_formulas_are_chinese() -> None:
                             and words.strip() not in _MATHS_NAMES):
                         left.append(f"{path.name}: \\text{{{words}}}")
     assert not left, "\n".join(left)
+
+
+def test_every_printed_text_has_a_translation() -> None:
+    """The output catalogs are complete for the chapters' cached executions (a chapter
+    without one, as before the first build, is checked once the book is built) and keep
+    every number field."""
+    import output_catalogs
+
+    found = output_catalogs.problems()
+    assert not found, (
+        "the Chinese output catalogs are behind what the chapters print:\n  "
+        + "\n  ".join(found[:40]) + "\nbuild the book, run 'python scripts/i18n.py "
+        "outputs', translate the empty and fuzzy entries in locales/zh_CN/outputs/ "
+        "(keep every {0}) and remove their fuzzy flags")
