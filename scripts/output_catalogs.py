@@ -91,16 +91,22 @@ def shown_texts(notebook) -> Iterator[tuple[int, str]]:
     """``(cell number, text)`` for every printed text of a chapter that its page shows
     and :class:`output_text.TranslateOutputs` translates: stdout, plain-text results, the
     texts of Markdown results."""
+    import copy
+
     from myst_nb.core.render import get_mime_priority
+    from myst_nb.core.utils import coalesce_streams
 
     priority = get_mime_priority("html", {})
-    fmt_default = (read_yaml("_config.yml").get("sphinx", {}).get("config", {})
-                   .get("nb_render_markdown_format", "commonmark"))
+    sphinx = read_yaml("_config.yml").get("sphinx", {}).get("config", {})
+    fmt_default = sphinx.get("nb_render_markdown_format", "commonmark")
     for number, cell in enumerate(notebook.cells):
         if cell.cell_type != "code" or _REMOVED & set(cell.metadata.get("tags", [])):
             continue
         fmt = cell.metadata.get("mystnb", {}).get("markdown_format", fmt_default)
-        for output in cell.get("outputs", []):
+        outputs = copy.deepcopy(cell.get("outputs", []))
+        if sphinx.get("nb_merge_streams"):  # as MyST-NB shows them: one stream a cell
+            outputs = coalesce_streams(outputs)
+        for output in outputs:
             if output.output_type == "stream":
                 if output.name == "stdout":
                     yield number, output.text

@@ -49,6 +49,9 @@ def test_a_line_is_cut_at_wide_gaps_and_at_table_bars_not_at_absolute_values():
         (38, "grad")]
     assert output_text.cells("max |ours - PyTorch| = 1e-07") == [
         (0, "max |ours - PyTorch| = 1e-07")]
+    # an array printed by NumPy is one cell, its padding and all
+    assert output_text.cells("argmax, tau=0.1: [0.493 0.29  0.111]  done") == [
+        (0, "argmax, tau=0.1: [0.493 0.29  0.111]"), (38, "done")]
     # columns, not characters: a Chinese character takes two
     assert output_text.cells("猫  is a cat") == [(0, "猫"), (4, "is a cat")]
 
@@ -131,3 +134,32 @@ def test_the_catalog_holds_what_the_page_shows():
 def test_a_translation_must_keep_its_number_fields():
     assert output_catalogs.fields("lower on {0}, higher on {1} ({{x}})") == ["0", "1"]
     assert output_catalogs.fields("{1} 次更高，{0} 次更低") == ["0", "1"]
+
+
+def test_a_number_lined_up_with_another_line_s_number_follows_it():
+    """``largest difference, scores:  4.3e-05`` lines its number up with the next line's;
+    translated, it goes under that number where the translation put it (or just after
+    its own words), not to the English column."""
+    zh = {"largest difference, scores:": "最大差异，评分：",
+          "largest difference, weights: {0}": "最大差异，权重：{0}"}
+    english = ("largest difference, scores:  4.3e-05\n"
+               "largest difference, weights: 4.4e-06")
+    assert output_text.translate_text(english, zh.get, []).split("\n") == [
+        "最大差异，评分： 4.3e-05", "最大差异，权重：4.4e-06"]
+
+
+def test_right_aligned_labels_keep_their_colons_in_one_column():
+    zh = {"Q split into heads: ({0}, {1})": "Q 拆分成多个头：({0}, {1})",
+          "Gaussian: h = {0}": "高斯核：h = {0}", "boxcar: h = {0}": "均匀核：h = {0}",
+          "Epanechnikov: h = {0}": "Epanechnikov 核：h = {0}"}
+    english = ("                 X: (1, 6)\n"
+               "Q split into heads: (1, 3)")
+    chinese = output_text.translate_text(english, zh.get, []).split("\n")
+    assert chinese[0] == english.split("\n")[0]  # left as it was
+    assert output_text.columns(chinese[1].split("：")[0]) == 18  # the colon's column
+    labels = ("    Gaussian: h = 0.26\n"
+              "      boxcar: h = 0.57\n"
+              "Epanechnikov: h = 0.67")
+    chinese = output_text.translate_text(labels, zh.get, []).split("\n")
+    assert {output_text.columns(line.split("：")[0]) for line in chinese} == {15}
+    assert chinese[2].startswith("Epanechnikov 核")  # the longest is not indented

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -81,7 +82,8 @@ def needs_translation(text: str) -> bool:
 
 def cells(line: str) -> list[tuple[int, str]]:
     """The pieces of a printed line, ``(start column, text)``: its cells (cut at runs of
-    two or more spaces) and its table bars (a ``|`` with spaces on both sides)."""
+    two or more spaces, but not inside an array's ``[...]``) and its table bars (a ``|``
+    with spaces on both sides)."""
     pieces: list[tuple[int, str]] = []
     at = 0  # characters
     for segment in re.split(r"((?<!\S)\|(?!\S))", line):
@@ -89,7 +91,9 @@ def cells(line: str) -> list[tuple[int, str]]:
             pieces.append((at, segment))
         else:
             start = 0
-            for gap in list(_GAP.finditer(segment)) + [None]:
+            gaps = [g for g in _GAP.finditer(segment)  # not inside an array's brackets
+                    if segment[:g.start()].count("[") <= segment[:g.start()].count("]")]
+            for gap in [*gaps, None]:
                 end = gap.start() if gap else len(segment)
                 text = segment[start:end]
                 stripped = text.strip()
@@ -113,58 +117,155 @@ def messages(text: str) -> Iterator[str]:
 Lookup = Callable[[str], "str | None"]
 
 
-def translate_cell(cell: str, lookup: Lookup, missing: list[str]) -> str:
-    """A cell in the edition's language (itself where it needs none or has none)."""
+def _number_columns(text: str) -> list[int]:
+    """The column at which each number of ``text`` starts."""
+    return [columns(text[:m.start()]) for m in NUMBER.finditer(text)]
+
+
+def translate_cell(cell: str, lookup: Lookup, missing: list[str]) -> tuple[str, dict[int, int]]:
+    """A cell in the edition's language (itself where it needs none or has none), and
+    where its numbers moved: ``{column in the cell before: column after}``."""
     if not needs_translation(cell):
-        return cell
+        return cell, {}
     message, values = template(cell)
     found = lookup(message)
     if found is None:
         missing.append(message)
-        return cell
-    return found.format(*values)
+        return cell, {}
+    text, placed = "", {}
+    for literal, field, _spec, _conversion in string.Formatter().parse(found):
+        text += literal.replace("{", "{{").replace("}", "}}")
+        if field is not None:
+            placed[int(field)] = columns(text.format())
+            text += values[int(field)].replace("{", "{{").replace("}", "}}")
+    before = _number_columns(cell)
+    return found.format(*values), {before[k]: after for k, after in placed.items()}
 
 
-def _anchors(rows: list[list[tuple[int, str]]]) -> list[list[bool]]:
-    """For every cell of a block, whether it keeps its end column (a right-aligned
-    column: another line has a cell that ends where it ends and starts elsewhere, or,
-    with no such hint, any cell but a line's first) rather than its start."""
-    spans = [(s, s + columns(t)) for row in rows for s, t in row]
-    anchors = []
-    for row in rows:
-        flags = []
+def _anchors(rows: list[list[tuple[int, str]]]) -> tuple[list[list[bool]], list[list[bool]]]:
+    """For every cell of a block: whether it keeps its end column rather than its start
+    (a right-aligned column: more cells of other lines end where it ends than start where
+    it starts, or, with no such hint, any cell but a line's first; never a cell that
+    starts with a number, right-aligned before its words), and whether it is *free*, in
+    no column that another line shares (no cell of another line starts where it does,
+    nor a cell without words ends where it does)."""
+    spans = [(n, s, s + columns(t), needs_translation(t))
+             for n, row in enumerate(rows) for s, t in row]
+    right, free = [], []
+    for number, row in enumerate(rows):
+        keeps_end, alone = [], []
         for position, (start, text) in enumerate(row):
             end = start + columns(text)
-            same_start = any(s == start and e != end for s, e in spans)
-            same_end = any(e == end and s != start for s, e in spans)
-            flags.append(same_end and not same_start or (
-                not same_start and not same_end and position > 0))
-        anchors.append(flags)
-    return anchors
+            starts = sum(n != number and s == start and e != end for n, s, e, _w in spans)
+            ends = sum(n != number and e == end and s != start for n, s, e, _w in spans)
+            keeps_end.append(not template(text)[0].startswith("{0}") and (
+                ends > starts or ends == starts == 0 and position > 0))
+            alone.append(not any(n != number and (s == start or e == end and not words)
+                                 for n, s, e, words in spans))
+        right.append(keeps_end)
+        free.append(alone)
+    return right, free
+
+
+_COLON = re.compile(r":(?=\s|$)|：")
+
+
+def _colons(rows: list[list[tuple[int, str]]],
+            translated: list[list[tuple[str, dict[int, int]]]]) -> dict[int, int]:
+    """Right-aligned labels (``{name:>12}: ...``): lines whose first cells start at
+    different columns but put their first colon at the same one. Translated, their
+    colons line up again: ``{line: column of its first cell}``."""
+    groups: dict[int, list[tuple[int, int, int]]] = {}
+    kept: set[int] = set()  # the columns of lines left as they were
+    for number, row in enumerate(rows):
+        if not row:
+            continue
+        (start, cell), (new, _numbers) = row[0], translated[number][0]
+        before, after = _COLON.search(cell), _COLON.search(new)
+        if before and after:
+            column = start + columns(cell[:before.start()])
+            groups.setdefault(column, []).append((number, start,
+                                                  columns(new[:after.start()])))
+            if all(n == c for (n, _m), (_s, c) in zip(translated[number], row,
+                                                       strict=True)):
+                kept.add(column)
+    placed = {}
+    for column, members in groups.items():
+        if len(members) > 1 and len({start for _n, start, _o in members}) > 1:
+            if column not in kept:
+                column = max(o for _n, _s, o in members) + min(s for _n, s, _o in members)
+            placed.update({n: max(column - o, 0) for n, _s, o in members})
+    return placed
 
 
 def translate_text(text: str, lookup: Lookup, missing: list[str]) -> str:
-    """A printed text in the edition's language, each line laid out on its columns."""
+    """A printed text in the edition's language, each line laid out on its columns.
+
+    In a table (three lines or more of two cells or more) the translated cells keep their
+    start, or their end in a right-aligned column, and the cells left as they were keep
+    their columns, so a table stays a table. Right-aligned labels keep their colons in
+    one column. Elsewhere a translated cell follows the one before it with the gap it
+    had; a cell left as it was that is in no column (a number that only lined up with a
+    number in another line's sentence) goes under that number where it moved, else two
+    spaces on."""
     lines = text.split("\n")
     rows = [cells(line) for line in lines]
     if not any(needs_translation(t) for row in rows for _s, t in row):
         return text
-    anchors = _anchors(rows)
-    out = []
-    for line, row, right in zip(lines, rows, anchors, strict=True):
-        if not any(needs_translation(t) for _s, t in row):
-            out.append(line)
-            continue
-        built, at = "", 0
-        for (start, cell), keep_end in zip(row, right, strict=True):
-            new = translate_cell(cell, lookup, missing)
+    right, free = _anchors(rows)
+    table = sum(len(row) > 1 for row in rows) >= 3
+    translated = [[translate_cell(cell, lookup, missing) for _s, cell in row] for row in rows]
+    colons = _colons(rows, translated)
+    moved: dict[int, dict[int, int]] = {}  # line -> {number's column before: after}
+    # right-aligned first cells (labels, whole lines) that all got narrower move left
+    # together, so that the longest keeps its indentation
+    narrower: dict[int, int] = {}
+    for number, row in enumerate(rows):
+        if row and right[number][0]:
+            start, cell = row[0]
+            end = start + columns(cell)
+            shrink = columns(cell) - columns(translated[number][0][0])
+            narrower[end] = min(narrower.get(end, shrink), shrink)
+
+    def lay(number: int) -> str:
+        built, at, after_translation = "", 0, False
+        row = rows[number]
+        for position, (start, cell) in enumerate(row):
+            new, numbers = translated[number][position]
             width = columns(new)
-            place = start + columns(cell) - width if keep_end else start
-            place = max(place, at + (2 if built and cell != "|" and not built.endswith("|")
-                                     else 1 if built else 0))
+            gap = 0 if not built else 1 if cell == "|" or built.endswith("|") else 2
+            first_number = NUMBER.search(cell)
+            offset = columns(cell[:first_number.start()]) if first_number else 0
+            floor = at + gap
+            if position == 0 and number in colons:
+                place = colons[number]
+            elif new == cell and free[number][position] and after_translation:
+                under = [m[start + offset] for n, m in sorted(  # the nearest line's
+                    moved.items(), key=lambda item: abs(item[0] - number))
+                    if n != number and start + offset in m]
+                place, floor = (under[0] - offset, at + min(gap, 1)) if under else (floor, floor)
+            elif new != cell and position > 0 and not table:
+                before = row[position - 1][0] + columns(row[position - 1][1])
+                place = at + max(start - before, gap)
+            else:
+                end = start + columns(cell)
+                if position == 0 and right[number][0]:
+                    end -= max(narrower.get(end, 0), 0)
+                place = end - width if right[number][position] else start
+            place = max(place, floor)
+            for before_column, after_column in numbers.items():
+                moved.setdefault(number, {})[start + before_column] = place + after_column
+            after_translation = after_translation or new != cell
             built += " " * (place - at) + new
             at = place + width
-        out.append(built)
+        return built
+
+    out = list(lines)
+    for _pass in range(2):  # the second pass knows where every number went
+        for number, row in enumerate(rows):
+            if any(new != cell for (_s, cell), (new, _m) in zip(row, translated[number],
+                                                                strict=True)):
+                out[number] = lay(number)
     return "\n".join(out)
 
 
