@@ -30,6 +30,26 @@ def test_translations_keep_their_markup() -> None:
     assert not found, "\n".join(found)
 
 
+# where this course chose another term than d2l-zh (the Chinese edition of Dive into Deep
+# Learning), the glossary gives d2l-zh's too, so that its readers recognise the idea
+_D2L_TERMS = {"Context vector 上下文向量": "上下文变量", "Teacher forcing 教师强制": "强制教学",
+              "Greedy decoding 贪心解码": "贪心搜索", "Layer normalization 层归一化": "层规范化",
+              "Position-wise feed-forward network 逐位置前馈网络": "基于位置的前馈网络"}
+
+
+def test_the_glossary_gives_d2l_zh_s_term_where_the_course_chose_another() -> None:
+    from babel.messages.pofile import read_po
+
+    entries = re.findall(r"^(\S.*)\n((?:  .*\n?)+)",
+                         (ROOT / "book" / "glossary.md").read_text(encoding="utf-8"), re.M)
+    text = {term: " ".join(body.split()) for term, body in entries}
+    with open(i18n.CATALOGS / "book" / "glossary.po", "rb") as f:
+        chinese = {m.id: m.string for m in read_po(f) if m.id}
+    for term, theirs in _D2L_TERMS.items():
+        assert f"d2l-zh: {theirs}." in text.get(term, ""), term
+        assert f"d2l-zh 称之为：{theirs}。" in chinese.get(text[term], ""), term
+
+
 def test_lint_catches_a_lost_role_and_changed_maths() -> None:
     english = "See {cite:p}`vaswani2017` and $\\sqrt{d}$, in `q @ k`."
     assert i18n.markup(english) == i18n.markup(
