@@ -148,6 +148,20 @@ def test_a_number_lined_up_with_another_line_s_number_follows_it():
         "最大差异，评分： 4.3e-05", "最大差异，权重：4.4e-06"]
 
 
+def test_a_number_left_as_it_was_in_a_table_keeps_its_column():
+    """In a table a cell without words stays where it was, a number wider than the
+    others of its column included."""
+    zh = {"matrix product:": "矩阵乘法：", "memory copy:": "内存复制：",
+          "ridge point:": "屋脊点：", "{0} FLOP per byte": "{0} FLOP/字节"}
+    english = ("matrix product:     42 GFLOP/s\n"
+               "memory copy:       8.9 GB/s\n"
+               "ridge point:       4.7 FLOP per byte")
+    chinese = output_text.translate_text(english, zh.get, []).split("\n")
+    assert chinese[0] == "矩阵乘法：" + " " * 10 + "42 GFLOP/s"
+    assert chinese[1] == "内存复制：" + " " * 9 + "8.9 GB/s"
+    assert chinese[2] == "屋脊点：" + " " * 11 + "4.7 FLOP/字节"
+
+
 def test_right_aligned_labels_keep_their_colons_in_one_column():
     zh = {"Q split into heads: ({0}, {1})": "Q 拆分成多个头：({0}, {1})",
           "Gaussian: h = {0}": "高斯核：h = {0}", "boxcar: h = {0}": "均匀核：h = {0}",

@@ -206,8 +206,8 @@ def translate_text(text: str, lookup: Lookup, missing: list[str]) -> str:
     their columns, so a table stays a table. Right-aligned labels keep their colons in
     one column. Elsewhere a translated cell follows the one before it with the gap it
     had; a cell left as it was that is in no column (a number that only lined up with a
-    number in another line's sentence) goes under that number where it moved, else two
-    spaces on."""
+    number in another line's sentence) goes under that number where it moved, else it
+    keeps its column in a table and goes two spaces on elsewhere."""
     lines = text.split("\n")
     rows = [cells(line) for line in lines]
     if not any(needs_translation(t) for row in rows for _s, t in row):
@@ -243,7 +243,12 @@ def translate_text(text: str, lookup: Lookup, missing: list[str]) -> str:
                 under = [m[start + offset] for n, m in sorted(  # the nearest line's
                     moved.items(), key=lambda item: abs(item[0] - number))
                     if n != number and start + offset in m]
-                place, floor = (under[0] - offset, at + min(gap, 1)) if under else (floor, floor)
+                if under:
+                    place, floor = under[0] - offset, at + min(gap, 1)
+                elif table:  # in a table it keeps its column (its end, right-aligned)
+                    place = start + columns(cell) - width if right[number][position] else start
+                else:
+                    place = floor
             elif new != cell and position > 0 and not table:
                 before = row[position - 1][0] + columns(row[position - 1][1])
                 place = at + max(start - before, gap)
