@@ -162,6 +162,18 @@ def test_a_number_left_as_it_was_in_a_table_keeps_its_column():
     assert chinese[2] == "屋脊点：" + " " * 11 + "4.7 FLOP/字节"
 
 
+def test_a_cell_left_as_it_was_outside_a_table_keeps_the_gap_it_had():
+    """Tokens printed in columns of their own after a translated label keep their gaps
+    (the next line's numbers line up with them again)."""
+    zh = {"writes:": "写入： ", "targets:": "目标：  ",
+          "empty empty": "   空    空"}
+    english = ("writes:  <bos>   C=1   A=1   A=7\n"
+               "targets:       empty empty     1")
+    chinese = output_text.translate_text(english, zh.get, []).split("\n")
+    assert chinese[0] == "写入：   <bos>   C=1   A=1   A=7"
+    assert output_text.columns(chinese[1]) == len(english.split("\n")[1])
+
+
 def test_right_aligned_labels_keep_their_colons_in_one_column():
     zh = {"Q split into heads: ({0}, {1})": "Q 拆分成多个头：({0}, {1})",
           "Gaussian: h = {0}": "高斯核：h = {0}", "boxcar: h = {0}": "均匀核：h = {0}",

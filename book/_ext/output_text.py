@@ -207,7 +207,7 @@ def translate_text(text: str, lookup: Lookup, missing: list[str]) -> str:
     one column. Elsewhere a translated cell follows the one before it with the gap it
     had; a cell left as it was that is in no column (a number that only lined up with a
     number in another line's sentence) goes under that number where it moved, else it
-    keeps its column in a table and goes two spaces on elsewhere."""
+    keeps its column in a table and the gap it had after the cell before it elsewhere."""
     lines = text.split("\n")
     rows = [cells(line) for line in lines]
     if not any(needs_translation(t) for row in rows for _s, t in row):
@@ -247,8 +247,9 @@ def translate_text(text: str, lookup: Lookup, missing: list[str]) -> str:
                     place, floor = under[0] - offset, at + min(gap, 1)
                 elif table:  # in a table it keeps its column (its end, right-aligned)
                     place = start + columns(cell) - width if right[number][position] else start
-                else:
-                    place = floor
+                else:  # with the gap it had after the cell before it
+                    before = row[position - 1][0] + columns(row[position - 1][1])
+                    place = at + max(start - before, gap)
             elif new != cell and position > 0 and not table:
                 before = row[position - 1][0] + columns(row[position - 1][1])
                 place = at + max(start - before, gap)
