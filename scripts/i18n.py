@@ -10,6 +10,10 @@
 
     python scripts/i18n.py messages  # the package's messages (feedback, grader, figures)
                                      # -> attention_course/locales/zh_CN/LC_MESSAGES/*.po
+    python scripts/i18n.py outputs [PAGE...]  # the words the chapters printed in their
+                                     # last run (the execution cache: build the book
+                                     # first) -> locales/zh_CN/outputs/book/*.po
+                                     # (scripts/output_catalogs.py)
 
 ``make book`` runs ``build`` after the English edition; ``make test`` runs ``check``
 (tests/test_i18n.py). Translators edit the ``.po`` files only: after a change of the
@@ -182,18 +186,47 @@ _NUMBERED = re.compile(r"^\d+\. ")
 _NUMBERED_ESCAPED = re.compile(r"^\d+\\\. ")
 
 
+# Words inside maths, ``\text{bytes per token}``, are translated (MathJax sets Chinese
+# there); the maths around them is kept: a formula is compared without its \text{...}
+# parts and its spaces, so a translation may also split one into two ("\text{bias of
+# key } j" -> "\text{键 } j \text{ 的偏置}").
+_TEXT_IN_MATHS = re.compile(r"\\text\s*\{[^{}]*\}|\s+")
+# What a Chinese learner types or reads is shown as code beside the English (a choice,
+# `"训练误差下降"` after `"training down"`; the Chinese feedback, `保留用例 N` after
+# `held-back case N`): a translation may add code that holds Chinese.
+_CHINESE_LITERAL = re.compile(r"^`[^`]*[\u4e00-\u9fff][^`]*`$")
+
+
+def _kept(part: str) -> str:
+    if part.startswith("$"):
+        return _TEXT_IN_MATHS.sub("", part)
+    return _PLAIN_FORMAT.sub(r"\1`", _GLUE_ZH.sub(r"\1", _GLUE_PAGE.sub(
+        r"\1", _ROLE_TEXT.sub(r"\1<\2>`", part))))
+
+
 def markup(text: str) -> list[str]:
     """The parts of a message a translation must keep as they are (roles, code,
     maths, link targets, inline HTML, footnotes), sorted. A role's visible text
     may be translated: of {term}`text <target>` only the role and the target
-    count."""
-    return sorted(_PLAIN_FORMAT.sub(r"\1`", _GLUE_ZH.sub(r"\1", _GLUE_PAGE.sub(
-        r"\1", _ROLE_TEXT.sub(r"\1<\2>`", part)))) for part in _MARKUP.findall(text))
+    count; so may the words of maths, ``\\text{...}``."""
+    return sorted(_kept(part) for part in _MARKUP.findall(text))
+
+
+def _markup_differs(english: str, translation: str) -> tuple[list[str], list[str]] | None:
+    """What a translation lost and added of its message's markup (``None``: nothing), code
+    added that holds Chinese not counted."""
+    wanted, have = markup(english), markup(translation)
+    added = [p for p in have if p not in wanted and not _CHINESE_LITERAL.match(p)]
+    if sorted(p for p in have if p in wanted or not _CHINESE_LITERAL.match(p)) == wanted:
+        return None
+    return sorted(set(wanted) - set(have)), sorted(set(added))
 
 
 def lint(paths: list[Path]) -> list[str]:
     """Translations whose markup differs from their English message's: a role,
-    a piece of code or maths, a link target that was lost, added or changed."""
+    a piece of code or maths, a link target that was lost, added or changed (the words
+    of a formula's ``\\text{...}`` may be translated; a display formula, a message that
+    starts with a line break, is checked as maths too)."""
     from babel.messages.pofile import read_po
 
     found = []
@@ -216,17 +249,24 @@ def lint(paths: list[Path]) -> list[str]:
                              f"translation must escape its full stop, as in "
                              f"'4\\. ...' (else Markdown reads '4. ...' as a list and "
                              f"the page keeps the English title)")
-            if m.id and m.string and markup(m.id) != markup(m.string):
-                lost = set(markup(m.id)) - set(markup(m.string))
-                added = set(markup(m.string)) - set(markup(m.id))
+            if (m.id and m.string and str(m.id).startswith("\n")  # a display formula
+                    and _TEXT_IN_MATHS.sub("", str(m.id))
+                    != _TEXT_IN_MATHS.sub("", str(m.string))):
+                found.append(f"{path.name}: {str(m.id)[:60]!r}: the formula's maths "
+                             f"differs (only the words of \\text{{...}} may be translated)")
+            differs = m.id and m.string and _markup_differs(str(m.id), str(m.string))
+            if differs:
+                lost, added = differs
                 found.append(f"{path.name}: {str(m.id)[:60]!r}: markup differs "
-                             f"(missing {sorted(lost)}, extra {sorted(added)})")
+                             f"(missing {lost}, extra {added})")
     return found
 
 
 def check() -> int:
+    import output_catalogs
+
     found = (problems(extract()) + lint(sorted(CATALOGS.rglob("*.po")))
-             + message_problems())
+             + message_problems() + output_catalogs.problems())
     for line in found:
         print(f"i18n: {line}")
     if found:
@@ -251,9 +291,10 @@ def package_messages() -> dict[str, dict[str, list[tuple[str, int]]]]:
     The messages are the literals in ``_()`` and ``N_()`` calls anywhere in the package
     (and in the scripts that draw the book's figures, ``book/images/make_*.py``) and, for
     each exercise, the words of its spec (titles, hints, sections, known
-    mistakes, the labels of the cases the learner sees), which the grader translates
-    where it shows them. A message is kept in the first catalog that has it (the
-    package's own, then the exercises in order).
+    mistakes, the labels of the cases the learner sees, the choices of a prediction),
+    which the grader translates where it shows them (a choice's translation is also an
+    answer it accepts). A message is kept in the first catalog that has it (the package's
+    own, then the exercises in order).
     """
     from babel.messages.extract import extract_from_dir
 
@@ -294,7 +335,7 @@ def package_messages() -> dict[str, dict[str, list[tuple[str, int]]]]:
         add(stem, exercise.title, where)
         for q in exercise.questions:
             for text in (q.title, q.hint, q.section, *(m.message for m in q.mistakes),
-                         *(c.label for c in q.cases() if not c.hidden)):
+                         *(c.label for c in q.cases() if not c.hidden), *q.choices):
                 add(stem, text, where)
     return found
 
@@ -420,11 +461,13 @@ def build_chinese() -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command",
-                        choices=("extract", "update", "check", "build", "lint", "messages"))
+                        choices=("extract", "update", "check", "build", "lint", "messages",
+                                 "outputs"))
     parser.add_argument("catalogs", nargs="*", type=Path,
                         help="lint: the .po files (default: all); update: the pages whose "
                              "catalogs to update (default: all); messages: the package's "
-                             "catalogs to update, by name (default: all)")
+                             "catalogs to update, by name (default: all); outputs: the chapters "
+                             "whose output catalogs to update (default: all)")
     args = parser.parse_args(argv)
     command = args.command
     if command == "lint":
@@ -438,6 +481,10 @@ def main(argv: list[str] | None = None) -> int:
         return update_messages([Path(c).stem for c in args.catalogs])
     if command == "update":
         return update([str(c) for c in args.catalogs])
+    if command == "outputs":
+        import output_catalogs
+
+        return output_catalogs.update([str(c) for c in args.catalogs])
     return {"check": check, "build": build_chinese}[command]()
 
 

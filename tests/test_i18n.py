@@ -30,6 +30,26 @@ def test_translations_keep_their_markup() -> None:
     assert not found, "\n".join(found)
 
 
+# where this course chose another term than d2l-zh (the Chinese edition of Dive into Deep
+# Learning), the glossary gives d2l-zh's too, so that its readers recognise the idea
+_D2L_TERMS = {"Context vector 上下文向量": "上下文变量", "Teacher forcing 教师强制": "强制教学",
+              "Greedy decoding 贪心解码": "贪心搜索", "Layer normalization 层归一化": "层规范化",
+              "Position-wise feed-forward network 逐位置前馈网络": "基于位置的前馈网络"}
+
+
+def test_the_glossary_gives_d2l_zh_s_term_where_the_course_chose_another() -> None:
+    from babel.messages.pofile import read_po
+
+    entries = re.findall(r"^(\S.*)\n((?:  .*\n?)+)",
+                         (ROOT / "book" / "glossary.md").read_text(encoding="utf-8"), re.M)
+    text = {term: " ".join(body.split()) for term, body in entries}
+    with open(i18n.CATALOGS / "book" / "glossary.po", "rb") as f:
+        chinese = {m.id: m.string for m in read_po(f) if m.id}
+    for term, theirs in _D2L_TERMS.items():
+        assert f"d2l-zh: {theirs}." in text.get(term, ""), term
+        assert f"d2l-zh 称之为：{theirs}。" in chinese.get(text[term], ""), term
+
+
 def test_lint_catches_a_lost_role_and_changed_maths() -> None:
     english = "See {cite:p}`vaswani2017` and $\\sqrt{d}$, in `q @ k`."
     assert i18n.markup(english) == i18n.markup(
@@ -144,3 +164,182 @@ def test_a_numbered_title_must_escape_its_full_stop(tmp_path: Path) -> None:
         "4. Attention in encoder-decoder models": "4. 编码器-解码器模型中的注意力",
         "5. Multi-head attention": "5\\. 多头注意力"})
     assert len(found) == 1 and "escape its full stop" in found[0] and "4. Att" in found[0]
+
+
+def test_words_in_maths_may_be_translated_and_the_maths_may_not(tmp_path: Path) -> None:
+    r"""``\text{...}`` in a formula is translated (MathJax sets Chinese there); the maths
+    around it is kept, inline or displayed, and a translation may add a Chinese string
+    literal as code (a choice a learner may type) but no other code."""
+    english = r"Each token costs $\text{bytes per token} = 2 \cdot L \cdot d_\text{head}$."
+    assert i18n.markup(english) == i18n.markup(
+        r"每个词元占 $\text{每个词元的字节数} = 2 \cdot L \cdot d_\text{head}$。")
+    assert i18n.markup(english) != i18n.markup(
+        r"每个词元占 $\text{每个词元的字节数} = 4 \cdot L \cdot d_\text{head}$。")
+    display = "\n\\underbrace{x}_{\\text{bias of key } j:\\ b_j} + y\n"
+    found = _lint(tmp_path, "01_attention_pooling", {
+        display: "\n\\underbrace{x}_{\\text{键 } j \\text{ 的偏置}:\\ b_j} + y\n",
+        display.replace("y", "z"): "\n\\underbrace{x}_{\\text{键 } j \\text{ 的偏置}:\\ b_j} + y\n",
+        'Return `"up"` or `"down"`.': '返回 `"up"`（`"上升"`）或 `"down"`（`"下降"`）。',
+        "Return `up`.": "返回 `up` 或 `down`。"})
+    assert len(found) == 2, found
+    assert "the formula's maths differs" in found[0] and "+ z" in found[0]
+    assert "markup differs" in found[1] and "Return `up`" in found[1]
+
+
+_MATHS_NAMES = {"model", "ff", "base", "head", "scaled", "explicit", "tiled", "approx",
+                "rows", "target", "source", "BLEU", "NaN", "Epanechnikov"}
+
+
+def test_words_in_the_chinese_formulas_are_chinese() -> None:
+    r"""A formula's words (``\text{...}``) are Chinese in the Chinese edition, unless they
+    name a symbol, as a subscript does ($d_\text{model}$), or are a name (BLEU, NaN)."""
+    from babel.messages.pofile import read_po
+
+    left = []
+    for path in sorted(i18n.CATALOGS.rglob("*.po")):
+        with open(path, "rb") as f:
+            for m in read_po(f):
+                for words in re.findall(r"\\text\s*\{([^{}]*)\}", str(m.string or "")):
+                    if (re.search(r"[A-Za-z]{2,}", words)
+                            and not re.search(r"[\u4e00-\u9fff]", words)
+                            and words.strip() not in _MATHS_NAMES):
+                        left.append(f"{path.name}: \\text{{{words}}}")
+    assert not left, "\n".join(left)
+
+
+def test_every_printed_text_has_a_translation() -> None:
+    """The output catalogs are complete for the chapters' cached executions (a chapter
+    without one, as before the first build, is checked once the book is built) and keep
+    every number field."""
+    import output_catalogs
+
+    found = output_catalogs.problems()
+    assert not found, (
+        "the Chinese output catalogs are behind what the chapters print:\n  "
+        + "\n  ".join(found[:40]) + "\nbuild the book, run 'python scripts/i18n.py "
+        "outputs', translate the empty and fuzzy entries in locales/zh_CN/outputs/ "
+        "(keep every {0}) and remove their fuzzy flags")
+
+
+# what the Chinese edition may leave in English outside the text: key names, the link to
+# the English edition, names kept in English, and the toggles of folded code, whose words
+# page_fixes keeps (TOGGLES)
+_KEPT = re.compile(r"\b(?:Ctrl|English|Transformer|attention-course|BLEU|RoPE|ALiBi|CBAM"
+                   r"|pdf|ipynb|md)\b")
+_NOT_THIS_EXTENSION = {"Toggle hidden content"}
+
+
+def _english(text: str) -> bool:
+    """Whether ``text`` holds an English word that is not one kept on purpose (nor maths:
+    ``\\(\\sqrt{d}\\)``, a quiz button named by its TeX)."""
+    words = re.sub(r"\\\(.*?\\\)|\\[A-Za-z]+(?:\{[^{}]*\})?", " ", _KEPT.sub("", text))
+    return bool(re.search(r"[A-Za-z]{3,}", words)) and not re.search(
+        r"[\u4e00-\u9fff]", text)
+
+
+@pytest.mark.slow
+def test_the_chinese_pages_frame_and_links_say_nothing_in_english(built_book: Path) -> None:
+    """Around the text of every Chinese page (header, sidebars, footer, search box,
+    buttons) and in the titles and labels of its links and controls (a heading's or a
+    term's permalink, the theme's buttons), the words are Chinese: Sphinx's and the
+    themes' catalogs where they have them, book/_ext/theme_words.py where they have not.
+    A citation's tooltip (the reference itself) stays as it is."""
+    import html as html_module
+
+    found = []
+    pages = [p for p in sorted((built_book / "zh_CN").rglob("*.html"))
+             if "_static" not in p.parts and "_sources" not in p.parts]
+    assert len(pages) >= 25
+    for page in pages:
+        html = page.read_text(encoding="utf-8")
+        if "<title>" not in html:  # a redirect
+            continue
+        for tag in re.findall(r"<[a-z][^>]*>", html):
+            if "references.html#" in tag or tag.startswith("<a") and "#id" in tag:
+                continue  # a citation: its tooltip is the reference
+            for attribute in ("title", "aria-label", "placeholder", "data-bs-title"):
+                value = re.search(rf'\s{attribute}="([^"]*)"', tag)
+                if value:
+                    text = html_module.unescape(value.group(1))
+                    if _english(text) and text not in _NOT_THIS_EXTENSION:
+                        found.append(f"{page.name}: {attribute}={text!r}")
+        frame = re.sub(r"(?s)<article.*?</article>|<script.*?</script>|<style.*?</style>"
+                       r"|<!--.*?-->", " ", html)
+        for text in re.findall(r">([^<>]+)<", frame):
+            text = html_module.unescape(text).strip()
+            if text and _english(text):
+                found.append(f"{page.name}: text {text!r}")
+    assert not found, "\n".join(sorted(set(found))[:40])
+
+
+def test_theme_words_give_sphinx_and_the_theme_their_missing_chinese() -> None:
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    import theme_words
+
+    chinese = theme_words.catalog("zh_CN")
+    assert chinese.gettext("Link to this heading") == "链接到此标题"
+    assert chinese.gettext("Something else") == "Something else"
+    assert theme_words.catalog("en") is None
+
+
+def _printed(page: Path) -> list[str]:
+    """The printed outputs of a built chapter page (stdout and plain-text results)."""
+    import html as html_module
+
+    html = page.read_text(encoding="utf-8")
+    blocks = re.findall(r'(?s)<div class="cell_output docutils container">(.*?)</div>\s*'
+                        r"</div>\s*</div>", html)
+    texts = []
+    for block in blocks:
+        for pre in re.findall(r"(?s)<pre[^>]*>(.*?)</pre>", block):
+            texts.append(html_module.unescape(re.sub(r"<[^>]+>", "", pre)))
+    return texts
+
+
+@pytest.mark.slow
+def test_the_chinese_chapters_print_in_chinese_with_the_same_numbers(built_book: Path) -> None:
+    """What the chapters print in words comes from the output catalogs in the Chinese
+    edition: every printed text had a translation (the build lists none missing), no
+    printed cell with words is left English unless its translation keeps it on purpose,
+    and the numbers are the English edition's, untouched (a translation may change their
+    order)."""
+    import json
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    import output_text
+
+    missing = ROOT / "_build" / "zh_CN" / "_build" / output_text.MISSING
+    assert json.loads(missing.read_text(encoding="utf-8")) == {}, missing.read_text()
+    chapters = sorted((built_book / "book").glob("[0-9][0-9]_*.html"))
+    assert len(chapters) == 10
+    translated = 0
+    for english_page in chapters:
+        chinese_page = built_book / "zh_CN" / "book" / english_page.name
+        english, chinese = _printed(english_page), _printed(chinese_page)
+        assert len(english) == len(chinese), english_page.name
+        kept = output_text.read_catalog(output_text.catalog_path(
+            "zh_CN", f"book/{english_page.stem}"))
+        for before, after in zip(english, chinese, strict=True):
+            assert (sorted(m.group() for m in output_text.NUMBER.finditer(before))
+                    == sorted(m.group() for m in output_text.NUMBER.finditer(after))), (
+                english_page.name, before[:200], after[:200])
+            for line in after.splitlines():
+                for _start, cell in output_text.cells(line):
+                    if output_text.needs_translation(cell) and not re.search(
+                            r"[\u4e00-\u9fff]", cell):
+                        message = output_text.template(cell)[0]
+                        assert kept.get(message) == message, (english_page.name, cell)
+            translated += before != after
+    assert translated >= 60, translated
+
+
+@pytest.mark.slow
+def test_the_sample_of_check_s_output_is_check_s_own_in_each_language(
+        built_book: Path) -> None:
+    english = (built_book / "book" / "exercises.html").read_text(encoding="utf-8")
+    chinese = (built_book / "zh_CN" / "book" / "exercises.html").read_text(encoding="utf-8")
+    assert "[FAIL] q1_weights (implement) <span" in english or (
+        "[FAIL] q1_weights (implement)" in english)
+    assert "your scores are divided by 2h" in english
+    assert "q1_weights (实现)" in chinese and "用例 1（3 个查询" in chinese
+    assert "your scores are divided by 2h" not in chinese

@@ -178,3 +178,129 @@ def test_hints_write_a_section_s_maths_as_plain_text_and_lines_keep_brackets() -
     for shift in range(40):  # an opening bracket at every place a line could end
         lines = wrap_indented("字" * shift + "（请重读“3.4 节”）。" * 6)
         assert not any(line.rstrip()[-1] in "（“" for line in lines), lines
+
+
+# --------------------------------------------------------------------------- choices
+def _predictions():
+    return [(e.id, q) for e in sorted(all_exercises().values(), key=lambda e: e.id)
+            for q in e.questions if q.choices]
+
+
+def _answered(question, answer, write):
+    """``answer`` (one choice or a dict of them) with every choice written by ``write``
+    (choice, its index) instead."""
+    def one(choice):
+        return write(choice, question.choices.index(choice))
+    return {k: one(v) for k, v in answer.items()} if isinstance(answer, dict) else one(answer)
+
+
+def _judged(exercise_id, question, answer):
+    [result] = run_checks(exercise_id, question.id,
+                          namespace={question.symbol: lambda: answer})
+    return result
+
+
+def _english_choices_in(question, text: str) -> list[str]:
+    """The English choices of ``question`` that ``text`` holds as words, leaving out those
+    whose Chinese is the English word itself (BLEU, NaN)."""
+    zh = i18n.translations("zh_CN").gettext
+    return [c for c in question.choices if zh(c) != c
+            and re.search(rf"(?<![A-Za-z_]){re.escape(c)}(?![A-Za-z_])", text)]
+
+
+def test_every_choice_has_chinese_words_of_its_own() -> None:
+    """The choices a learner can write: each one's Chinese, none of two choices of one
+    question the same once spaces, case and full-width forms are set aside (only a name,
+    BLEU, NaN, stays as it is)."""
+    from attention_course.grading.choices import _key
+
+    zh = i18n.translations("zh_CN").gettext
+    predictions = _predictions()
+    assert len(predictions) >= 12
+    for exercise_id, q in predictions:
+        for c in q.choices:
+            assert CJK.search(zh(c)) or (zh(c) == c and not re.search(r"\b[a-z]{2,}", c)), (
+                exercise_id, q.id, c, zh(c))
+        keys = [k for c in q.choices for k in {_key(c), _key(zh(c))}]
+        assert len(keys) == len(set(keys)), (exercise_id, q.id, keys)
+
+
+@pytest.mark.parametrize("exercise_id, question", _predictions(),
+                         ids=[f"{e}-{q.id}" for e, q in _predictions()])
+def test_a_chinese_learner_answers_by_words_letter_or_number(exercise_id, question) -> None:
+    """In Chinese, a prediction may name its choices by their Chinese words, their letters
+    (A for the first choice) or their numbers (1 for the first): full points. In English
+    only the English words count, as before (a part whose Chinese is its English, NaN,
+    scores there too)."""
+    zh = i18n.translations("zh_CN").gettext
+    right = question.reference()
+    forms = {
+        "chinese": lambda c, i: zh(c),
+        "chinese, spaced and with ASCII commas": lambda c, i: " " + zh(c).replace("，", ", "),
+        "letter": lambda c, i: "ABCDEFGH"[i],
+        "lower-case letter in brackets": lambda c, i: f"({'abcdefgh'[i]})",
+        "number": lambda c, i: i + 1,
+        "number as text": lambda c, i: f"{i + 1}.",
+        "english": lambda c, i: c,
+    }
+    for form, write in forms.items():
+        answer = _answered(question, right, write)
+        with i18n.using("zh_CN"):
+            result = _judged(exercise_id, question, answer)
+        assert result.passed, (form, answer, result.message)
+        if form == "english":
+            continue
+        with i18n.using("en"):
+            english = _judged(exercise_id, question, answer)
+        assert english.points < question.points, (form, answer, english.message)
+
+
+@pytest.mark.parametrize("exercise_id, question", _predictions(),
+                         ids=[f"{e}-{q.id}" for e, q in _predictions()])
+def test_chinese_feedback_names_the_choices_in_chinese(exercise_id, question) -> None:
+    """Every wrong choice, answered in Chinese, gets its own mistake's Chinese message
+    (the same points as in English), and no message quotes an English choice: neither a
+    mistake's words nor the list of choices a stray answer gets."""
+    zh = i18n.translations("zh_CN").gettext
+    for mistake in question.mistakes:
+        wrong = mistake.wrong()
+        chosen = wrong.values() if isinstance(wrong, dict) else [wrong]
+        if not all(isinstance(c, str) and c in question.choices for c in chosen):
+            continue  # an answer that is no choice (None, True, a number)
+        answer = _answered(question, wrong, lambda c, i: zh(c))
+        with i18n.using("en"):
+            english = _judged(exercise_id, question, wrong)
+        with i18n.using("zh_CN"):
+            chinese = _judged(exercise_id, question, answer)
+        assert chinese.points == english.points < question.points, mistake.name
+        assert zh(mistake.message) in chinese.message, (mistake.name, chinese.message)
+        assert not _english_choices_in(question, chinese.message), (mistake.name,
+                                                                    chinese.message)
+    stray = {k: "都不是" for k in question.parts} if question.parts else "都不是"
+    with i18n.using("zh_CN"):
+        result = _judged(exercise_id, question, stray)
+    assert result.points == 0 and "'都不是'" in result.message
+    for c in question.choices:
+        letter = "ABCDEFGH"[question.choices.index(c)]
+        assert f"{letter} {zh(c)!r}" in result.message, result.message
+    assert not _english_choices_in(question, result.message), result.message
+
+
+def test_the_grader_takes_a_chinese_answer_with_lang_zh_cn(tmp_path, server) -> None:
+    """Graded in the sandbox, exercise 1's prediction written as its letter or its Chinese
+    words earns its point with ``--lang zh_CN`` (and only the English words do without)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from grading_helpers import graded_record, replace_in_solution
+
+    right = 'return "training down, held-out up"'
+    for answer, points in (('"B"', {"zh_CN": 1, "en": 0}),
+                           ('"训练误差下降，留出误差上升"', {"zh_CN": 1, "en": 0}),
+                           ('"training down, held-out up"', {"zh_CN": 1, "en": 1})):
+        cells = replace_in_solution("01_attention_pooling", (right, f"return {answer}"))
+        for lang, wanted in points.items():
+            folder = tmp_path / f"{lang}-{len(answer)}"
+            folder.mkdir()
+            with i18n.using(lang):
+                record = graded_record("01_attention_pooling", folder, cells, server)
+            [q5] = [q for q in record.questions if q.id == "q5_narrow"]
+            assert q5.points == wanted, (answer, lang, q5.message)

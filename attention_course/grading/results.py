@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from attention_course.grading import choices as choice_words
 from attention_course.grading._driver import RAISED
 from attention_course.grading.compare import NotPlainData, _at, compare, validate_plain
 from attention_course.grading.spec import Case, Mistake, Question
@@ -252,9 +253,17 @@ def _problem(question: Question, want: Any, got: Any, tolerance: tuple[float, fl
     path = _("output") if path is None else path
     if question.choices:
         stray = [s for s in _strings(got) if s not in question.choices]
+        if stray and choice_words.translated():
+            return _("{answer} is not one of the choices: {choices} (write a choice's words, "
+                     "its letter or its number)").format(
+                answer=repr(stray[0]), choices=choice_words.listed(question.choices))
         if stray:
             return _("{answer} is not one of the choices: {choices}").format(
-                answer=repr(stray[0]), choices=_(", ").join(repr(c) for c in question.choices))
+                answer=repr(stray[0]), choices=choice_words.listed(question.choices))
+        if (choice_words.translated() and type(want) is str and type(got) is str
+                and got != want):  # a choice, quoted in the learner's language
+            return _at(path) + _("{answer} is not the right answer").format(
+                answer=choice_words.shown(got))
     if question.grad and type(want) is dict and type(got) is dict and set(got) == set(want):
         problem = compare(want["output"], got["output"], *tolerance, path, reveal)
         if problem is not None:
@@ -398,6 +407,8 @@ def evaluate(
             name=question.symbol, problem=error))
     if type(outputs) not in (list, tuple) or len(outputs) != len(expected):
         return result(question, "error", _("the grader received a malformed answer"))
+    if question.choices:  # a choice named in the learner's language, by letter or number
+        outputs = [choice_words.as_choices(question.choices, o) for o in outputs]
     if question.parts is not None:
         return _evaluate_parts(question, cases, expected, list(outputs), wrong)
     found = _judge_cases(question, cases, expected, list(outputs), wrong,
