@@ -28,6 +28,8 @@ import output_text  # noqa: E402  (book/_ext/output_text.py: how a line becomes 
 
 LANGUAGE = "zh_CN"
 OUTPUTS = ROOT / "locales" / LANGUAGE / "outputs"
+# the share of a chapter's printed texts that a run must find in its catalog
+COVERED = 0.8
 _FIELD = re.compile(r"(?<!\{)\{(\d+)\}(?!\})")
 # tags with which MyST-NB leaves a cell's outputs off the page
 _REMOVED = {"remove-output", "remove-cell", "remove_output", "remove_cell", "remove-stdout"}
@@ -171,10 +173,17 @@ def fields(text: str) -> list[str]:
 
 
 def problems() -> list[str]:
-    """What keeps the output catalogs from being complete and right: messages of the
-    chapters' cached executions missing from them (chapters without one are not
-    checked), untranslated or fuzzy entries, and translations whose number fields differ
-    from their message's."""
+    """What keeps the output catalogs from being complete and right: a chapter whose
+    cached execution printed more than a few texts its catalog lacks (chapters without
+    an execution are not checked), untranslated or fuzzy entries, and translations whose
+    number fields differ from their message's.
+
+    A catalog is made from one run; another machine's or another seed base's run prints
+    some texts in other words (a model's translations and samples, a number glued to a
+    letter such as ``x1.32``, an array's spacing): up to ``1 - COVERED`` of a chapter's
+    printed texts may be new to its catalog, and stay English on the Chinese page (the
+    build lists them). Measured: a run at seed base 100 printed 0-11% new texts per
+    chapter against catalogs made at seed base 0."""
     from babel.messages.pofile import read_po
 
     found = []
@@ -185,11 +194,12 @@ def problems() -> list[str]:
             with open(path, "rb") as f:
                 have = {str(m.id): m for m in read_po(f) if m.id}
         if notebook is not None:
-            lacking = [m for m in page_messages(notebook) if m not in have]
-            if lacking:
-                found.append(f"outputs/{page}: {len(lacking)} printed texts not in the "
-                             f"catalog (run 'scripts/i18n.py outputs'), e.g. "
-                             f"{lacking[0]!r:.80}")
+            messages = page_messages(notebook)
+            lacking = [m for m in messages if m not in have]
+            if len(lacking) > (1 - COVERED) * len(messages):
+                found.append(f"outputs/{page}: {len(lacking)} of {len(messages)} printed "
+                             f"texts not in the catalog (run 'scripts/i18n.py outputs'), "
+                             f"e.g. {lacking[0]!r:.80}")
         for message, m in have.items():
             if not m.string:
                 found.append(f"outputs/{page}: untranslated: {message!r:.80}")

@@ -299,19 +299,26 @@ def _printed(page: Path) -> list[str]:
 @pytest.mark.slow
 def test_the_chinese_chapters_print_in_chinese_with_the_same_numbers(built_book: Path) -> None:
     """What the chapters print in words comes from the output catalogs in the Chinese
-    edition: every printed text had a translation (the build lists none missing), no
-    printed cell with words is left English unless its translation keeps it on purpose,
-    and the numbers are the English edition's, untouched (a translation may change their
+    edition: at most the run-dependent few of a chapter's printed texts had no
+    translation (``output_catalogs.COVERED``; the build lists them), no other printed cell
+    with words is left English unless its translation keeps it on purpose, and the
+    numbers are the English edition's, untouched (a translation may change their
     order)."""
     import json
+
+    import output_catalogs
 
     sys.path.insert(0, str(ROOT / "book" / "_ext"))
     import output_text
 
-    missing = ROOT / "_build" / "zh_CN" / "_build" / output_text.MISSING
-    assert json.loads(missing.read_text(encoding="utf-8")) == {}, missing.read_text()
+    listed = ROOT / "_build" / "zh_CN" / "_build" / output_text.MISSING
+    missing = json.loads(listed.read_text(encoding="utf-8"))
+    for page, notebook in output_catalogs.executed_chapters().items():
+        printed = len(output_catalogs.page_messages(notebook)) if notebook else 0
+        assert len(missing.get(page, [])) <= (1 - output_catalogs.COVERED) * printed, (
+            page, missing.get(page))
     chapters = sorted((built_book / "book").glob("[0-9][0-9]_*.html"))
-    assert len(chapters) == 10
+    assert len(chapters) == len(list((ROOT / "book").glob("[0-9][0-9]_*.ipynb")))
     translated = 0
     for english_page in chapters:
         chinese_page = built_book / "zh_CN" / "book" / english_page.name
@@ -328,6 +335,8 @@ def test_the_chinese_chapters_print_in_chinese_with_the_same_numbers(built_book:
                     if output_text.needs_translation(cell) and not re.search(
                             r"[\u4e00-\u9fff]", cell):
                         message = output_text.template(cell)[0]
+                        if message in missing.get(f"book/{english_page.stem}", []):
+                            continue  # printed in this run's own words, counted above
                         assert kept.get(message) == message, (english_page.name, cell)
             translated += before != after
     assert translated >= 60, translated
