@@ -102,7 +102,8 @@ def shown_texts(notebook) -> Iterator[tuple[int, str]]:
     sphinx = read_yaml("_config.yml").get("sphinx", {}).get("config", {})
     fmt_default = sphinx.get("nb_render_markdown_format", "commonmark")
     for number, cell in enumerate(notebook.cells):
-        if cell.cell_type != "code" or _REMOVED & set(cell.metadata.get("tags", [])):
+        tags = set(cell.metadata.get("tags", []))
+        if cell.cell_type != "code" or _REMOVED & tags or output_text.AS_PRINTED in tags:
             continue
         fmt = cell.metadata.get("mystnb", {}).get("markdown_format", fmt_default)
         outputs = copy.deepcopy(cell.get("outputs", []))

@@ -129,6 +129,10 @@ def test_the_catalog_holds_what_the_page_shows():
     removed = _notebook(out("stream", name="stdout", text="held-out MSE: 0.3\n"),
                         tags=["remove-output"])
     assert output_catalogs.page_messages(removed) == {}
+    # a model's samples differ from run to run: kept as printed, in no catalog
+    sampled = _notebook(out("stream", name="stdout", text="def forward(self, x):\n"),
+                        tags=[output_text.AS_PRINTED])
+    assert output_catalogs.page_messages(sampled) == {}
 
 
 def test_a_translation_must_keep_its_number_fields():
@@ -189,3 +193,17 @@ def test_right_aligned_labels_keep_their_colons_in_one_column():
     chinese = output_text.translate_text(labels, zh.get, []).split("\n")
     assert {output_text.columns(line.split("：")[0]) for line in chinese} == {15}
     assert chinese[2].startswith("Epanechnikov 核")  # the longest is not indented
+
+
+def test_the_build_leaves_a_cell_tagged_as_printed_alone():
+    """In the built page MyST-NB gives a cell's container a ``tag_<tag>`` class per tag:
+    the outputs under a cell tagged ``output-as-printed`` are not translated."""
+    from docutils import nodes
+
+    block = nodes.literal_block("def forward(self, x):", "def forward(self, x):",
+                                classes=["output", "stream"])
+    cell = nodes.container("", nodes.container("", block),
+                           classes=["cell", f"tag_{output_text.AS_PRINTED}"])
+    assert output_text._as_printed(block)
+    cell["classes"] = ["cell", "tag_remove-input"]
+    assert not output_text._as_printed(block)

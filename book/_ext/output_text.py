@@ -18,8 +18,9 @@ itself is kept deliberately (a name, a token, PyTorch's own message).
 
 What is translated: text printed to stdout, a result shown as plain text, and the words
 of a Markdown result (a table's cells). Left as they are: stderr (warnings, progress
-bars), tracebacks, HTML and widget outputs, and figures (their words are translated
-elsewhere). The texts that had no translation are listed in
+bars), tracebacks, HTML and widget outputs, figures (their words are translated
+elsewhere), and the outputs of a cell tagged ``output-as-printed`` (a model's samples or
+translations: not the course's words, and not the same from one run to the next). The texts that had no translation are listed in
 ``<build>/output_texts_missing.json`` (``tests/test_i18n.py`` reads it).
 """
 
@@ -43,6 +44,9 @@ logger = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
 LOCALES = ROOT / "locales"
 MISSING = "output_texts_missing.json"
+# A cell tagged so prints text that is not the course's words and not the same from run to
+# run (a model's samples, its translations): left as printed, and in no catalog.
+AS_PRINTED = "output-as-printed"
 
 # A number: a sign only where no word or number comes before it ("3-6" is two numbers),
 # thousands separated by commas, a decimal part, an exponent.
@@ -290,6 +294,17 @@ def read_catalog(path: Path) -> dict[str, str]:
     return {k: v for k, (v, fuzzy) in entries.items() if k and v and not fuzzy}
 
 
+def _as_printed(node: nodes.Element) -> bool:
+    """Whether ``node`` is an output of a cell tagged :data:`AS_PRINTED` (MyST-NB gives a
+    cell's container a ``tag_<tag>`` class per tag)."""
+    parent = node.parent
+    while parent is not None:
+        if f"tag_{AS_PRINTED}" in parent.get("classes", []):
+            return True
+        parent = parent.parent
+    return False
+
+
 class TranslateOutputs(SphinxTransform):
     """The words of a notebook's printed outputs in the edition's language."""
 
@@ -307,13 +322,15 @@ class TranslateOutputs(SphinxTransform):
             classes = block.get("classes", [])
             if "output" not in classes or not ({"stream", "text_plain"} & set(classes)):
                 continue
+            if _as_printed(block):
+                continue
             text = block.astext()
             new = translate_text(text, known.get, missing)
             if new != text:
                 block.replace_self(nodes.literal_block(new, new, **{
                     k: v for k, v in block.attributes.items() if k not in ("ids",)}))
         for container in list(self.document.findall(nodes.container)):
-            if container.get("mime_type") != "text/markdown":
+            if container.get("mime_type") != "text/markdown" or _as_printed(container):
                 continue
             for text_node in list(container.findall(nodes.Text)):
                 if isinstance(text_node.parent, (nodes.literal, nodes.math,
