@@ -150,7 +150,7 @@ def _top_p(rule="before", descending=True, scatter=True):
 
 
 # --------------------------------------------------------------------------- question 7
-def _smoothing(rows="pairs", reverse=False, extra="alpha_v", total=False):
+def _smoothing(rows="pairs", reverse=False, extra="alpha_v", total=False, pick="value"):
     def smoothing_experiment(train_ids, val_ids, vocab_size, alphas):
         a, b = train_ids[:-1], train_ids[1:]
         if reverse:
@@ -163,11 +163,13 @@ def _smoothing(rows="pairs", reverse=False, extra="alpha_v", total=False):
                  "all": torch.full((vocab_size,), float(len(a)), dtype=torch.float64)}[rows]
         out = []
         for alpha in alphas:
-            add = alpha * vocab_size if extra == "alpha_v" else alpha
+            add = {"alpha_v": alpha * vocab_size, "alpha": alpha,
+                   "seen": alpha * (int(train_ids.max()) + 1)}[extra]
             p = (counts + alpha) / (start[:, None] + add)
             logs = torch.log(p[val_ids[:-1], val_ids[1:]])
             out.append(math.exp(-(logs.sum() if total else logs.mean()).item()))
-        best = alphas[out.index(min(out))]
+        best = {"value": alphas[out.index(min(out))], "index": out.index(min(out)),
+                "largest": max(alphas)}[pick]
         return {"perplexities": out, "best_alpha": best}
 
     return smoothing_experiment
@@ -213,6 +215,7 @@ LISTED = [
     ("q7_smoothing", _smoothing(reverse=True), "the wrong way round"),
     ("q7_smoothing", _smoothing(extra="alpha"), "added alpha once"),
     ("q7_smoothing", _smoothing(total=True), "summed negative log-likelihood"),
+    ("q7_smoothing", _smoothing(extra="seen"), "up to the largest one in the training text"),
 ]
 
 
@@ -345,6 +348,27 @@ def test_partial_credit_per_part():
     assert "'total'" in result.message and "'attention'" not in result.message
     result = judge(EXERCISE, "q7_smoothing", _smoothing(extra="alpha"))
     assert result.points in (0, 1) and "added alpha once" in result.message
+
+
+def test_alpha_counted_from_the_training_ids_loses_the_perplexities():
+    """A held-back case's text never shows the vocabulary's highest ids: int(train_ids.max())
+    + 1 instead of vocab_size in the denominator is caught there."""
+    result = judge(EXERCISE, "q7_smoothing", _smoothing(extra="seen"))
+    assert result.points == 1 and "held-back case 5" in result.message
+    assert "up to the largest one in the training text" in result.message
+
+
+@pytest.mark.parametrize("answer, words", [
+    (_smoothing(extra="alpha"), "fix those first"),
+    (_smoothing(pick="index"), "not its index in alphas"),
+    (_smoothing(pick="largest"), "not the alpha of the lowest perplexity"),
+])
+def test_a_wrong_best_alpha_is_never_named_after_a_mistake_it_shares(answer, words):
+    """best_alpha takes one of three or four values, which several mistakes share: its
+    feedback says where a wrong one comes from, and names no mistake."""
+    result = judge(EXERCISE, "q7_smoothing", answer)
+    assert "'best_alpha'" in result.message and words in result.message
+    assert "joint probability" not in result.message
 
 
 def test_derived_numbers_are_never_shown():

@@ -424,7 +424,8 @@ def _bigram_ppl(train: Tensor, val: Tensor, vocab: int, alpha: float, *,
         rows = torch.bincount(train, minlength=vocab).double()
     else:
         rows = torch.full((vocab,), float(len(a)), dtype=torch.float64)
-    extra = {"full": alpha * vocab, "one": alpha, "none": 0.0}[denominator]
+    extra = {"full": alpha * vocab, "one": alpha, "none": 0.0,
+             "seen": alpha * (int(train.max()) + 1)}[denominator]
     probs = (counts + alpha) / (rows[:, None] + extra)
     nll = -probs[val[:-1], val[1:]].log()
     return math.exp(nll.mean().item() if average == "mean" else nll.sum().item())
@@ -433,7 +434,11 @@ def _bigram_ppl(train: Tensor, val: Tensor, vocab: int, alpha: float, *,
 def _smoothing(train: Tensor, val: Tensor, vocab: int, alphas: list[float],
                **change: str) -> dict[str, Any]:
     perplexities = [_bigram_ppl(train, val, vocab, a, **change) for a in alphas]
-    best = alphas[min(range(len(alphas)), key=perplexities.__getitem__)]
+    # A mistake keeps the right best alpha: best_alpha takes one of three or four values
+    # and several mistakes pick the same one, so it is never matched to a mistake (the
+    # diagnosis, _best_alpha_diagnose, says where a wrong one comes from).
+    right = [_bigram_ppl(train, val, vocab, a) for a in alphas] if change else perplexities
+    best = alphas[min(range(len(alphas)), key=right.__getitem__)]
     return {"perplexities": perplexities, "best_alpha": best}
 
 
@@ -448,16 +453,32 @@ def _text_ids(g: torch.Generator, length: int, vocab: int) -> Tensor:
 
 
 def _smoothing_case(g: torch.Generator, vocab: int, train: int, val: int,
-                    alphas: list[float]) -> Case:
-    ids = _text_ids(g, train + val, vocab)
+                    alphas: list[float], used: int | None = None) -> Case:
+    """``used``: the text's ids are drawn from 0 .. used - 1 only, so that the highest
+    ids of the vocabulary never occur (neither in training nor in validation)."""
+    ids = _text_ids(g, train + val, used or vocab)
     return Case(args=(ids[:train], ids[train:], vocab, alphas),
                 label=f"{vocab} tokens, {train} training and {val} validation ids, "
                       f"alphas {alphas}")
 
 
+def _best_alpha_diagnose(case: Case, expected: Any, got: Any) -> str | None:
+    """best_alpha takes one of three or four values, and several mistakes pick the same:
+    it is never matched to one; the feedback says where a wrong best_alpha comes from."""
+    if not isinstance(expected, float) or expected not in case.args[3]:
+        return None  # not the best_alpha part
+    if isinstance(got, int) and not isinstance(got, bool):
+        return _("your best_alpha is an integer: return the alpha of your lowest "
+                 "perplexity, not its index in alphas")
+    return _("your best_alpha is not the alpha of the lowest perplexity: if your "
+             "perplexities are wrong, fix those first, best_alpha follows from them; if "
+             "not, return the alpha (not its index) at which they are lowest")
+
+
 smoothing_cases = drawn_cases(1107, _smoothing_case, visible=[
     (8, 200, 60, [0.01, 0.1, 1.0]), (20, 400, 100, [0.05, 0.5, 2.0]),
-], hidden=[(12, 300, 80, [0.02, 0.2, 1.0, 5.0]), (30, 200, 200, [0.1, 1.0, 10.0])])
+], hidden=[(12, 300, 80, [0.02, 0.2, 1.0, 5.0]), (30, 200, 200, [0.1, 1.0, 10.0]),
+           (12, 300, 80, [0.05, 0.5, 2.0], 10)])
 
 
 SMOOTHING_MISTAKES = mistake_table(
@@ -478,6 +499,10 @@ SMOOTHING_MISTAKES = mistake_table(
          "you added alpha once to the denominator; every one of the vocab_size possible next "
          "tokens got alpha added to its count, so the row's total grows by alpha times "
          "vocab_size (else the probabilities do not sum to 1)"),
+        ("vocab_from_ids", {"denominator": "seen"},
+         "you added alpha for each id up to the largest one in the training text; the model "
+         "predicts over all vocab_size tokens, also those the training text never shows, "
+         "so the denominator grows by alpha times vocab_size"),
         ("summed", {"average": "sum"},
          "your perplexity is the exponential of the summed negative log-likelihood; it is "
          "that of the mean, per predicted token"),
@@ -598,6 +623,7 @@ EXERCISE = Exercise(
             rtol=1e-6,
             atol=1e-9,
             mistakes=SMOOTHING_MISTAKES,
+            diagnose=_best_alpha_diagnose,
             hint=("Count the pairs (a, b) of neighbouring training tokens; p(b | a) is the "
                   "pair's count plus alpha over the count of pairs that start with a plus "
                   "alpha for each of the vocab_size next tokens. The perplexity is the "
