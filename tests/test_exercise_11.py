@@ -408,10 +408,31 @@ def test_question_3s_experiment_comes_after_the_committed_prediction(capsys):
     def predict_invariance():
         raise NotImplementedError("replace this line with your code")
 
-    exec(experiment, {"torch": torch, "math": math, "seed_everything": lambda s: None,
-                      "predict_invariance": predict_invariance, "rope": _rope})
-    printed = capsys.readouterr().out
-    assert printed.startswith("write predict_invariance") and "largest" not in printed
+    for answer in (predict_invariance, dict, lambda: {"reversed_cache": "the same"},
+                   lambda: dict.fromkeys(("reversed_cache", "shifted_positions",
+                                          "scaled_input"), "the same ")):
+        exec(experiment, {"torch": torch, "math": math, "seed_everything": lambda s: None,
+                          "predict_invariance": answer, "rope": _rope})
+        printed = capsys.readouterr().out
+        assert printed.startswith("write predict_invariance") and "largest" not in printed
+
+
+def test_question_3_cannot_be_guessed_with_one_answer_for_all():
+    """The answers are not all alike: one choice everywhere earns at most 2 of 3 points."""
+    keys = ("reversed_cache", "shifted_positions", "scaled_input")
+    for choice in ("the same", "changes"):
+        result = judge(EXERCISE, "q3_predict_invariance",
+                       lambda choice=choice: dict.fromkeys(keys, choice))
+        assert result.points < 3, choice
+    result = judge(EXERCISE, "q3_predict_invariance", lambda: dict.fromkeys(keys, "the same"))
+    assert result.points == 2 and "the residual path adds it to 10 x" in result.message
+
+
+def test_question_3s_description_does_not_give_the_answer_away():
+    nb = json.loads(learner_path(EXERCISE).read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        assert "do not notice" not in source and "does not change" not in source
 
 
 def test_the_learners_page_shows_no_answer():

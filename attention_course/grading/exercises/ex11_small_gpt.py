@@ -1,7 +1,7 @@
 """Exercise 11: the parts of a small GPT (chapter 11).
 
 Seven questions, five kinds: RMSNorm (implement); grouped-query causal attention
-(implement); predict what a RoPE cache and a pre-norm block do not notice (predict); repair
+(implement); predict what a RoPE cache and a pre-norm block notice (predict); repair
 a RoPE attention step against a KV cache whose positions are off by one and whose values
 are rotated (debug); count a GPT's weights (derive); top-p's set of tokens (implement); and
 the smoothing of a bigram baseline, measured (experiment).
@@ -334,7 +334,7 @@ COUNT_MISTAKES = mistake_table(changed(_count), [
 
 # --------------------------------------------------------------------------- question 5
 SAME, CHANGES = "the same", "changes"
-INVARIANCE = {"reversed_cache": SAME, "shifted_positions": SAME, "scaled_input": SAME}
+INVARIANCE = {"reversed_cache": SAME, "shifted_positions": SAME, "scaled_input": CHANGES}
 INVARIANCE_WRONG = [
     ("reversed_cache_changes", "reversed_cache", CHANGES,
      "the new token sees every cached key, and each key carries its position in its own "
@@ -343,10 +343,10 @@ INVARIANCE_WRONG = [
     ("shifted_positions_change", "shifted_positions", CHANGES,
      "RoPE makes each score depend on the offset between the query's and the key's "
      "positions only; adding the same number to every position keeps every offset"),
-    ("scaled_input_changes", "scaled_input", CHANGES,
-     "the attention reads RMSNorm's output, and RMSNorm divides each vector by its own "
-     "root mean square: a vector ten times longer comes out the same (up to eps), so the "
-     "queries, keys and weights do not change"),
+    ("scaled_input_same", "scaled_input", SAME,
+     "RMSNorm makes the attention's output the same for 10 x as for x, but the residual "
+     "path adds it to 10 x itself: divided by 10, the block's output is x plus a tenth of "
+     "the attention's output, not x plus all of it"),
 ]
 
 
@@ -553,13 +553,14 @@ EXERCISE = Exercise(
         prediction(
             id="q3_predict_invariance",
             symbol="predict_invariance",
-            title="Predict: what does not change?",
+            title="Predict: what changes?",
             points=3,
             answer=INVARIANCE,
             choices=(SAME, CHANGES),
             wrong=INVARIANCE_WRONG,
             hint=("Ask of each change what the attention's scores read: a key's rotation, "
-                  "its place in the cache, or the length of a normalised vector."),
+                  "its place in the cache, or the length of a normalised vector; and what "
+                  "the residual path adds the attention's output to."),
             section=BLOCK,
         ),
         Question(
