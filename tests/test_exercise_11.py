@@ -435,6 +435,22 @@ def test_question_3s_description_does_not_give_the_answer_away():
         assert "do not notice" not in source and "does not change" not in source
 
 
+@pytest.mark.parametrize("step, fixed", [(_step(), True), (_step(first="t+1"), False),
+                                         (_step(rotate_values=True), False)])
+def test_question_4s_self_check_does_not_confirm_a_half_fix(capsys, step, fixed):
+    """The cell that feeds a sequence through the step token by token starts from a cache
+    filled as a prefill fills it, and compares the keys too: with the values fixed but
+    the positions one too far (RoPE sees only offsets) it does not print a small gap."""
+    from attention_course.device import seed_everything
+
+    (cell,) = [c for c in notebook_cells(learner_path(EXERCISE))
+               if "one token at a time vs the whole sequence" in c]
+    exec(cell, {"torch": torch, "math": math, "F": F, "seed_everything": seed_everything,
+                "rope": _rope, "rope_cache_step": step})
+    gaps = [float(line.rsplit(": ", 1)[1]) for line in capsys.readouterr().out.splitlines()]
+    assert len(gaps) == 2 and (max(gaps) < 1e-5) == fixed, gaps
+
+
 def test_the_learners_page_shows_no_answer():
     """No visible cell computes the nucleus, the grouped heads or the smoothed counts."""
     for source in notebook_cells(learner_path(EXERCISE)):
