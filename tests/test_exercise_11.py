@@ -91,7 +91,8 @@ def _gqa(mapping="interleave", causal=True, scale="head", dim=-1, fused=False):
         scores = q @ k.transpose(-2, -1) / math.sqrt(size)
         if causal:
             t = q.shape[-2]
-            scores = scores + torch.full((t, t), -math.inf).triu(1)
+            diagonal = 0 if causal == "strict" else 1
+            scores = scores + torch.full((t, t), -math.inf).triu(diagonal)
         return scores.softmax(dim) @ v
 
     return grouped_query_attention
@@ -189,6 +190,7 @@ LISTED = [
     ("q2_gqa", _gqa(mapping="first"), "that is multi-query attention"),
     ("q2_gqa", _gqa(causal=False), "also sees the keys after it"),
     ("q2_gqa", _gqa(causal=False, fused=True), "also sees the keys after it"),
+    ("q2_gqa", _gqa(causal="strict"), "a fully masked row gives NaN"),
     ("q2_gqa", _gqa(scale="none"), "not divided by the square root of the head size"),
     ("q2_gqa", _gqa(scale="model"), "square root of the whole width"),
     ("q2_gqa", _gqa(dim=-2), "normalises over the queries"),

@@ -103,8 +103,10 @@ def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return _gqa(q, k, v)
 
 
-def _gqa(q: Tensor, k: Tensor, v: Tensor, *, mapping: str = "grouped", causal: bool = True,
-         scale: str = "head", axis: int = -1) -> Tensor:
+def _gqa(q: Tensor, k: Tensor, v: Tensor, *, mapping: str = "grouped",
+         causal: bool | str = True, scale: str = "head", axis: int = -1) -> Tensor:
+    """``causal``: ``True``, ``False`` (no mask) or ``"strict"`` (the diagonal masked too:
+    a query sees only the positions before its own)."""
     heads, kv_heads = q.shape[1], k.shape[1]
     group = heads // kv_heads
     if mapping == "grouped":
@@ -117,7 +119,8 @@ def _gqa(q: Tensor, k: Tensor, v: Tensor, *, mapping: str = "grouped", causal: b
     factor = {"head": d ** -0.5, "none": 1.0, "model": (d * heads) ** -0.5}[scale]
     scores = q @ k.transpose(-1, -2) * factor
     if causal:
-        scores = scores.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), -math.inf)
+        seen = torch.ones(t, t, dtype=torch.bool).tril(-1 if causal == "strict" else 0)
+        scores = scores.masked_fill(~seen, -math.inf)
     return torch.softmax(scores, dim=axis) @ v
 
 
@@ -145,6 +148,9 @@ GQA_MISTAKES = mistake_table(changed(_gqa), [
     ("not_causal", {"causal": False},
      "each query also sees the keys after it: the attention of a language model is causal, "
      "a query sees its own position and the ones before"),
+    ("diagonal_masked", {"causal": "strict"},
+     "your mask hides the diagonal too: a query must see its own position (and the ones "
+     "before); the first query then sees nothing, and a fully masked row gives NaN"),
     ("unscaled", {"scale": "none"},
      "your scores are not divided by the square root of the head size"),
     ("model_scale", {"scale": "model"},
