@@ -117,7 +117,7 @@ def _step(first="t", rotate_values=False, rotate_cache=False, rotate_queries=Tru
 
 
 # --------------------------------------------------------------------------- question 5
-def _weights(kv="grouped", ffn=3, tied=True, norm=1, biases=False):
+def _weights(kv="grouped", ffn=3, tied=True, norm=1, biases=False, gains_in_parts=False):
     def gpt_weights(vocab_size, d_model, num_layers, num_heads, num_kv_heads, d_ff):
         head = d_model // num_heads
         width = {"grouped": num_kv_heads * head, "full": d_model, "one": head}[kv]
@@ -129,6 +129,8 @@ def _weights(kv="grouped", ffn=3, tied=True, norm=1, biases=False):
         gains = norm * d_model
         embedding = vocab_size * d_model * (1 if tied else 2)
         total = embedding + num_layers * (attention + feed + 2 * gains) + gains
+        if gains_in_parts:
+            attention, feed = attention + gains, feed + gains
         return {"attention": attention, "ffn": feed, "total": total}
 
     return gpt_weights
@@ -208,6 +210,7 @@ LISTED = [
     ("q5_weights", _weights(norm=0), "leaves out the RMSNorm gains"),
     ("q5_weights", _weights(norm=2), "as layer normalisation has"),
     ("q5_weights", _weights(biases=True), "biases in the linear layers"),
+    ("q5_weights", _weights(gains_in_parts=True), "the gains count in the total"),
     ("q6_top_p", _top_p(rule="within"), "the token that takes the total past p is lost"),
     ("q6_top_p", _top_p(descending=False), "the least likely tokens"),
     ("q6_top_p", _top_p(rule="each"), "each at least p likely"),
@@ -385,6 +388,11 @@ def test_a_wrong_best_alpha_is_never_named_after_a_mistake_it_shares(answer, wor
     result = judge(EXERCISE, "q7_smoothing", answer)
     assert "'best_alpha'" in result.message and words in result.message
     assert "joint probability" not in result.message
+
+
+def test_norm_gains_counted_in_the_parts_lose_those_parts_only():
+    result = judge(EXERCISE, "q5_weights", _weights(gains_in_parts=True))
+    assert result.points == 1 and "the gains count in the total" in result.message
 
 
 def test_derived_numbers_are_never_shown():

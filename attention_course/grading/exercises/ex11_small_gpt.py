@@ -287,7 +287,8 @@ def gpt_weights(vocab_size: int, d_model: int, num_layers: int, num_heads: int,
 
 def _count(vocab: int, d: int, layers: int, heads: int, kv: int, d_ff: int, *,
            kv_width: str = "grouped", ffn_mats: int = 3, tied: bool = True,
-           norms: str = "rms", biases: bool = False) -> dict[str, int]:
+           norms: str = "rms", biases: bool = False,
+           gains_in_parts: bool = False) -> dict[str, int]:
     head = d // heads
     kv_dim = {"grouped": kv * head, "full": d, "one": head}[kv_width]
     attention = 2 * d * d + 2 * d * kv_dim
@@ -297,6 +298,8 @@ def _count(vocab: int, d: int, layers: int, heads: int, kv: int, d_ff: int, *,
         ffn += d_ff * (ffn_mats - 1) + d
     per_norm = {"rms": d, "layer": 2 * d, "none": 0}[norms]
     total = vocab * d * (1 if tied else 2) + layers * (attention + ffn + 2 * per_norm) + per_norm
+    if gains_in_parts:  # each sub-layer's RMSNorm counted with it (the total is right)
+        attention, ffn = attention + per_norm, ffn + per_norm
     return {"attention": attention, "ffn": ffn, "total": total}
 
 
@@ -333,6 +336,9 @@ COUNT_MISTAKES = mistake_table(changed(_count), [
      "numbers each"),
     ("layer_norm", {"norms": "layer"},
      "you counted a bias in every norm, as layer normalisation has; RMSNorm has a gain only"),
+    ("gains_in_parts", {"gains_in_parts": True},
+     "you counted each sub-layer's RMSNorm gain with its attention or feed-forward "
+     "network; those two parts are their projections only, the gains count in the total"),
     ("biases", {"biases": True},
      "you counted biases in the linear layers; the model has none"),
 ])
