@@ -441,6 +441,16 @@ def test_question_3s_experiment_comes_after_the_committed_prediction(capsys):
         assert printed.startswith("write predict_invariance") and "largest" not in printed
 
 
+def test_question_3_takes_a_choice_with_stray_spaces_and_lists_the_choices_for_a_bool():
+    right = {"reversed_cache": "the same", "shifted_positions": " the same",
+             "scaled_input": "changes\n"}
+    assert judge(EXERCISE, "q3_predict_invariance", lambda: right).passed
+    result = judge(EXERCISE, "q3_predict_invariance",
+                   lambda: {**right, "reversed_cache": False})
+    assert result.points == 2
+    assert "False is not one of the choices: 'the same', 'changes'" in result.message
+
+
 def test_question_3_cannot_be_guessed_with_one_answer_for_all():
     """The answers are not all alike: one choice everywhere earns at most 2 of 3 points."""
     keys = ("reversed_cache", "shifted_positions", "scaled_input")
