@@ -184,7 +184,7 @@ LISTED = [
     ("q1_rms_norm", _norm_all, "over the whole tensor"),
     ("q1_rms_norm", _norm(centre=True), "that is layer normalisation"),
     ("q1_rms_norm", _norm(eps_inside=False), "added after the square root"),
-    ("q1_rms_norm", _norm(use_eps=False), "your eps is not used"),
+    ("q1_rms_norm", _norm(use_eps=False), "you ignore the eps argument"),
     ("q1_rms_norm", _norm(gain=False), "not multiplied by the learned gain"),
     ("q1_rms_norm", _norm(total=True), "root of the sum of the squares"),
     ("q2_gqa", _gqa(mapping="repeat"), "take the key/value heads in turn"),
@@ -272,7 +272,7 @@ def _top_p_strict(probs, p):
 
 
 NOT_LISTED = [
-    ("q1_rms_norm", _norm_float_eps, "your eps is not used"),
+    ("q1_rms_norm", _norm_float_eps, "you ignore the eps argument (case 3 passes eps = 1)"),
     ("q1_rms_norm", _norm(unbiased_std=True), "values differ"),
     ("q2_gqa", _gqa_transposed_output, "expected shape"),
     ("q2_gqa", _gqa_half_groups, "the first query head of each group is right"),

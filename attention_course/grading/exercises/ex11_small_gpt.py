@@ -86,7 +86,8 @@ NORM_MISTAKES = mistake_table(changed(_norm), [
      "your eps is added after the square root; it goes inside it, with the mean of the "
      "squares"),
     ("no_eps", {"eps_at": "none"},
-     "your eps is not used: it goes inside the square root, with the mean of the squares"),
+     "you ignore the eps argument (case 3 passes eps = 1): add the eps you are given "
+     "inside the square root, with the mean of the squares"),
     ("no_gain", {"gain": False},
      "the normalisation is right, but the result is not multiplied by the learned gain "
      "(weight), one number per feature"),
