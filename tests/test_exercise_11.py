@@ -395,6 +395,17 @@ def test_norm_gains_counted_in_the_parts_lose_those_parts_only():
     assert result.points == 1 and "the gains count in the total" in result.message
 
 
+def test_each_reference_names_its_own_question():
+    """A reference's docstring that says "the reference of question N" has N right."""
+    import re
+
+    from attention_course.grading.registry import get_exercise
+
+    for number, question in enumerate(get_exercise(EXERCISE).questions, 1):
+        named = re.findall(r"reference of question (\d+)", question.reference.__doc__ or "")
+        assert named in ([], [str(number)]), (question.id, named)
+
+
 def test_derived_numbers_are_never_shown():
     """A derive question's message says how an answer misses, not what the answer is."""
     result = feedback("q5_weights", lambda *args: {"attention": 3, "ffn": 3, "total": 3})

@@ -180,7 +180,7 @@ def _gqa_diagnose(case: Case, expected: Any, got: Any) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------- question 3
+# --------------------------------------------------------------------------- question 4
 def rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
     """RoPE as the learner's page gives it: rotate the adjacent pairs of ``x (B, n, d)`` at
     ``positions (n,)`` by ``p * base^(-2i/d)``."""
@@ -194,7 +194,7 @@ def rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
 
 def rope_cache_step(q_new: Tensor, k_new: Tensor, v_new: Tensor, cache_k: Tensor,
                     cache_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The reference of question 3: the ``n`` new tokens sit at positions ``T .. T + n -
+    """The reference of question 4: the ``n`` new tokens sit at positions ``T .. T + n -
     1`` after the ``T`` cached ones; their queries and keys are rotated there, their keys
     and values join the cache, and they attend bottom-right."""
     return _rope_step()(q_new, k_new, v_new, cache_k, cache_v)
@@ -278,10 +278,10 @@ def _rope_diagnose(case: Case, expected: Any, got: Any) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------- question 4
+# --------------------------------------------------------------------------- question 5
 def gpt_weights(vocab_size: int, d_model: int, num_layers: int, num_heads: int,
                 num_kv_heads: int, d_ff: int) -> dict[str, int]:
-    """The reference of question 4: the weights of one block's attention and feed-forward
+    """The reference of question 5: the weights of one block's attention and feed-forward
     network, and of the whole model (tied embedding, no biases, RMSNorm gains)."""
     return _count(vocab_size, d_model, num_layers, num_heads, num_kv_heads, d_ff)
 
@@ -345,7 +345,7 @@ COUNT_MISTAKES = mistake_table(changed(_count), [
 ])
 
 
-# --------------------------------------------------------------------------- question 5
+# --------------------------------------------------------------------------- question 3
 SAME, CHANGES = "the same", "changes"
 INVARIANCE = {"reversed_cache": SAME, "shifted_positions": SAME, "scaled_input": CHANGES}
 INVARIANCE_WRONG = [
