@@ -91,7 +91,8 @@ def _gqa(mapping="interleave", causal=True, scale="head", dim=-1, fused=False):
         scores = q @ k.transpose(-2, -1) / math.sqrt(size)
         if causal:
             t = q.shape[-2]
-            scores = scores + torch.full((t, t), -math.inf).triu(1)
+            diagonal = 0 if causal == "strict" else 1
+            scores = scores + torch.full((t, t), -math.inf).triu(diagonal)
         return scores.softmax(dim) @ v
 
     return grouped_query_attention
@@ -116,7 +117,7 @@ def _step(first="t", rotate_values=False, rotate_cache=False, rotate_queries=Tru
 
 
 # --------------------------------------------------------------------------- question 5
-def _weights(kv="grouped", ffn=3, tied=True, norm=1, biases=False):
+def _weights(kv="grouped", ffn=3, tied=True, norm=1, biases=False, gains_in_parts=False):
     def gpt_weights(vocab_size, d_model, num_layers, num_heads, num_kv_heads, d_ff):
         head = d_model // num_heads
         width = {"grouped": num_kv_heads * head, "full": d_model, "one": head}[kv]
@@ -128,6 +129,8 @@ def _weights(kv="grouped", ffn=3, tied=True, norm=1, biases=False):
         gains = norm * d_model
         embedding = vocab_size * d_model * (1 if tied else 2)
         total = embedding + num_layers * (attention + feed + 2 * gains) + gains
+        if gains_in_parts:
+            attention, feed = attention + gains, feed + gains
         return {"attention": attention, "ffn": feed, "total": total}
 
     return gpt_weights
@@ -150,7 +153,7 @@ def _top_p(rule="before", descending=True, scatter=True):
 
 
 # --------------------------------------------------------------------------- question 7
-def _smoothing(rows="pairs", reverse=False, extra="alpha_v", total=False):
+def _smoothing(rows="pairs", reverse=False, extra="alpha_v", total=False, pick="value"):
     def smoothing_experiment(train_ids, val_ids, vocab_size, alphas):
         a, b = train_ids[:-1], train_ids[1:]
         if reverse:
@@ -163,11 +166,13 @@ def _smoothing(rows="pairs", reverse=False, extra="alpha_v", total=False):
                  "all": torch.full((vocab_size,), float(len(a)), dtype=torch.float64)}[rows]
         out = []
         for alpha in alphas:
-            add = alpha * vocab_size if extra == "alpha_v" else alpha
+            add = {"alpha_v": alpha * vocab_size, "alpha": alpha,
+                   "seen": alpha * (int(train_ids.max()) + 1)}[extra]
             p = (counts + alpha) / (start[:, None] + add)
             logs = torch.log(p[val_ids[:-1], val_ids[1:]])
             out.append(math.exp(-(logs.sum() if total else logs.mean()).item()))
-        best = alphas[out.index(min(out))]
+        best = {"value": alphas[out.index(min(out))], "index": out.index(min(out)),
+                "largest": max(alphas)}[pick]
         return {"perplexities": out, "best_alpha": best}
 
     return smoothing_experiment
@@ -179,7 +184,7 @@ LISTED = [
     ("q1_rms_norm", _norm_all, "over the whole tensor"),
     ("q1_rms_norm", _norm(centre=True), "that is layer normalisation"),
     ("q1_rms_norm", _norm(eps_inside=False), "added after the square root"),
-    ("q1_rms_norm", _norm(use_eps=False), "your eps is not used"),
+    ("q1_rms_norm", _norm(use_eps=False), "you ignore the eps argument"),
     ("q1_rms_norm", _norm(gain=False), "not multiplied by the learned gain"),
     ("q1_rms_norm", _norm(total=True), "root of the sum of the squares"),
     ("q2_gqa", _gqa(mapping="repeat"), "take the key/value heads in turn"),
@@ -187,6 +192,7 @@ LISTED = [
     ("q2_gqa", _gqa(mapping="first"), "that is multi-query attention"),
     ("q2_gqa", _gqa(causal=False), "also sees the keys after it"),
     ("q2_gqa", _gqa(causal=False, fused=True), "also sees the keys after it"),
+    ("q2_gqa", _gqa(causal="strict"), "a fully masked row gives NaN"),
     ("q2_gqa", _gqa(scale="none"), "not divided by the square root of the head size"),
     ("q2_gqa", _gqa(scale="model"), "square root of the whole width"),
     ("q2_gqa", _gqa(dim=-2), "normalises over the queries"),
@@ -204,6 +210,7 @@ LISTED = [
     ("q5_weights", _weights(norm=0), "leaves out the RMSNorm gains"),
     ("q5_weights", _weights(norm=2), "as layer normalisation has"),
     ("q5_weights", _weights(biases=True), "biases in the linear layers"),
+    ("q5_weights", _weights(gains_in_parts=True), "the gains count in the total"),
     ("q6_top_p", _top_p(rule="within"), "the token that takes the total past p is lost"),
     ("q6_top_p", _top_p(descending=False), "the least likely tokens"),
     ("q6_top_p", _top_p(rule="each"), "each at least p likely"),
@@ -213,6 +220,7 @@ LISTED = [
     ("q7_smoothing", _smoothing(reverse=True), "the wrong way round"),
     ("q7_smoothing", _smoothing(extra="alpha"), "added alpha once"),
     ("q7_smoothing", _smoothing(total=True), "summed negative log-likelihood"),
+    ("q7_smoothing", _smoothing(extra="seen"), "up to the largest one in the training text"),
 ]
 
 
@@ -264,7 +272,7 @@ def _top_p_strict(probs, p):
 
 
 NOT_LISTED = [
-    ("q1_rms_norm", _norm_float_eps, "your eps is not used"),
+    ("q1_rms_norm", _norm_float_eps, "you ignore the eps argument (case 3 passes eps = 1)"),
     ("q1_rms_norm", _norm(unbiased_std=True), "values differ"),
     ("q2_gqa", _gqa_transposed_output, "expected shape"),
     ("q2_gqa", _gqa_half_groups, "the first query head of each group is right"),
@@ -321,6 +329,18 @@ def _smoothing_log2(train_ids, val_ids, vocab_size, alphas):
     return {"perplexities": out, "best_alpha": result["best_alpha"]}
 
 
+def _smoothing_tensor(train_ids, val_ids, vocab_size, alphas):
+    """Right: the perplexities as a 1-D tensor."""
+    result = _smoothing()(train_ids, val_ids, vocab_size, alphas)
+    return {**result, "perplexities": torch.tensor(result["perplexities"])}
+
+
+def _smoothing_tuple(train_ids, val_ids, vocab_size, alphas):
+    """Right: the perplexities as a tuple."""
+    result = _smoothing()(train_ids, val_ids, vocab_size, alphas)
+    return {**result, "perplexities": tuple(result["perplexities"])}
+
+
 CORRECT_BUT_DIFFERENT = [
     ("q1_rms_norm", _norm_rsqrt_float64),
     ("q2_gqa", _gqa_loop),
@@ -329,6 +349,8 @@ CORRECT_BUT_DIFFERENT = [
     ("q5_weights", _weights_by_matrix),
     ("q6_top_p", _top_p_strict),
     ("q7_smoothing", _smoothing_log2),
+    ("q7_smoothing", _smoothing_tensor),
+    ("q7_smoothing", _smoothing_tuple),
 ]
 
 
@@ -345,6 +367,43 @@ def test_partial_credit_per_part():
     assert "'total'" in result.message and "'attention'" not in result.message
     result = judge(EXERCISE, "q7_smoothing", _smoothing(extra="alpha"))
     assert result.points in (0, 1) and "added alpha once" in result.message
+
+
+def test_alpha_counted_from_the_training_ids_loses_the_perplexities():
+    """A held-back case's text never shows the vocabulary's highest ids: int(train_ids.max())
+    + 1 instead of vocab_size in the denominator is caught there."""
+    result = judge(EXERCISE, "q7_smoothing", _smoothing(extra="seen"))
+    assert result.points == 1 and "held-back case 5" in result.message
+    assert "up to the largest one in the training text" in result.message
+
+
+@pytest.mark.parametrize("answer, words", [
+    (_smoothing(extra="alpha"), "fix those first"),
+    (_smoothing(pick="index"), "not its index in alphas"),
+    (_smoothing(pick="largest"), "not the alpha of the lowest perplexity"),
+])
+def test_a_wrong_best_alpha_is_never_named_after_a_mistake_it_shares(answer, words):
+    """best_alpha takes one of three or four values, which several mistakes share: its
+    feedback says where a wrong one comes from, and names no mistake."""
+    result = judge(EXERCISE, "q7_smoothing", answer)
+    assert "'best_alpha'" in result.message and words in result.message
+    assert "joint probability" not in result.message
+
+
+def test_norm_gains_counted_in_the_parts_lose_those_parts_only():
+    result = judge(EXERCISE, "q5_weights", _weights(gains_in_parts=True))
+    assert result.points == 1 and "the gains count in the total" in result.message
+
+
+def test_each_reference_names_its_own_question():
+    """A reference's docstring that says "the reference of question N" has N right."""
+    import re
+
+    from attention_course.grading.registry import get_exercise
+
+    for number, question in enumerate(get_exercise(EXERCISE).questions, 1):
+        named = re.findall(r"reference of question (\d+)", question.reference.__doc__ or "")
+        assert named in ([], [str(number)]), (question.id, named)
 
 
 def test_derived_numbers_are_never_shown():
@@ -384,10 +443,57 @@ def test_question_3s_experiment_comes_after_the_committed_prediction(capsys):
     def predict_invariance():
         raise NotImplementedError("replace this line with your code")
 
-    exec(experiment, {"torch": torch, "math": math, "seed_everything": lambda s: None,
-                      "predict_invariance": predict_invariance, "rope": _rope})
-    printed = capsys.readouterr().out
-    assert printed.startswith("write predict_invariance") and "largest" not in printed
+    for answer in (predict_invariance, dict, lambda: {"reversed_cache": "the same"},
+                   lambda: dict.fromkeys(("reversed_cache", "shifted_positions",
+                                          "scaled_input"), "the same ")):
+        exec(experiment, {"torch": torch, "math": math, "seed_everything": lambda s: None,
+                          "predict_invariance": answer, "rope": _rope})
+        printed = capsys.readouterr().out
+        assert printed.startswith("write predict_invariance") and "largest" not in printed
+
+
+def test_question_3_takes_a_choice_with_stray_spaces_and_lists_the_choices_for_a_bool():
+    right = {"reversed_cache": "the same", "shifted_positions": " the same",
+             "scaled_input": "changes\n"}
+    assert judge(EXERCISE, "q3_predict_invariance", lambda: right).passed
+    result = judge(EXERCISE, "q3_predict_invariance",
+                   lambda: {**right, "reversed_cache": False})
+    assert result.points == 2
+    assert "False is not one of the choices: 'the same', 'changes'" in result.message
+
+
+def test_question_3_cannot_be_guessed_with_one_answer_for_all():
+    """The answers are not all alike: one choice everywhere earns at most 2 of 3 points."""
+    keys = ("reversed_cache", "shifted_positions", "scaled_input")
+    for choice in ("the same", "changes"):
+        result = judge(EXERCISE, "q3_predict_invariance",
+                       lambda choice=choice: dict.fromkeys(keys, choice))
+        assert result.points < 3, choice
+    result = judge(EXERCISE, "q3_predict_invariance", lambda: dict.fromkeys(keys, "the same"))
+    assert result.points == 2 and "the residual path adds it to 10 x" in result.message
+
+
+def test_question_3s_description_does_not_give_the_answer_away():
+    nb = json.loads(learner_path(EXERCISE).read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        assert "do not notice" not in source and "does not change" not in source
+
+
+@pytest.mark.parametrize("step, fixed", [(_step(), True), (_step(first="t+1"), False),
+                                         (_step(rotate_values=True), False)])
+def test_question_4s_self_check_does_not_confirm_a_half_fix(capsys, step, fixed):
+    """The cell that feeds a sequence through the step token by token starts from a cache
+    filled as a prefill fills it, and compares the keys too: with the values fixed but
+    the positions one too far (RoPE sees only offsets) it does not print a small gap."""
+    from attention_course.device import seed_everything
+
+    (cell,) = [c for c in notebook_cells(learner_path(EXERCISE))
+               if "one token at a time vs the whole sequence" in c]
+    exec(cell, {"torch": torch, "math": math, "F": F, "seed_everything": seed_everything,
+                "rope": _rope, "rope_cache_step": step})
+    gaps = [float(line.rsplit(": ", 1)[1]) for line in capsys.readouterr().out.splitlines()]
+    assert len(gaps) == 2 and (max(gaps) < 1e-5) == fixed, gaps
 
 
 def test_the_learners_page_shows_no_answer():

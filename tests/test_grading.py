@@ -54,6 +54,14 @@ def test_compare_messages_teach():
     assert compare((e, 1.0), (e.clone(), 1.0)) is None
     assert "output[1]" in compare((e, 1.0), (e, 2.0))
     assert "floating-point" in compare(torch.tensor([0.5]), torch.tensor([1]))
+    # a list of floats may come back as a 1-D float tensor, of the right length and values
+    assert compare([0.5, 2.0], torch.tensor([0.5, 2.0])) is None
+    assert "output[1]" in compare([0.5, 2.0], torch.tensor([0.5, 3.0]))
+    assert "expected a list of length 2" in compare([0.5, 2.0], torch.tensor([0.5, 2.0, 1.0]))
+    assert "expected a list of length 2" in compare([0.5, 2.0], torch.ones(2, 1))
+    assert "expected a list of length 2" in compare([0.5, 2.0], torch.tensor([1, 2]))
+    assert "expected a list of length 2" in compare([1, 2], torch.tensor([1.0, 2.0]))
+    assert "expected a tuple of length 2" in compare((e, 1.0), torch.ones(2))
 
 
 def test_rows_sum_to_one_diagnosis():

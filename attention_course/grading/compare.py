@@ -194,7 +194,9 @@ def compare(
     """``None`` when ``got`` matches ``expected`` within tolerance, else what differs.
 
     Tensors must have the same shape; values are compared in float64. A number may be
-    answered by a one-element tensor and the other way round. With ``reveal=False`` the
+    answered by a one-element tensor and the other way round, and a list or tuple of
+    floats by a 1-D floating-point tensor (never a list of integers: indices and counts
+    are Python numbers). With ``reveal=False`` the
     message never says what the expected value is (for answers that are the point of a
     question: a derived number, a prediction), only how the answer misses it.
     """
@@ -236,6 +238,9 @@ def compare(
         return _at(path) + _("expected {expected}, got {got}").format(
             expected=_number(expected), got=_number(got))
     if isinstance(expected, (list, tuple)):
+        if isinstance(got, torch.Tensor) and got.dim() == 1 and got.numel() == len(expected) \
+                and got.is_floating_point() and all(type(e) is float for e in expected):
+            got = got.tolist()  # measurements (floats) may come back as a 1-D float tensor
         if not isinstance(got, (list, tuple)) or len(got) != len(expected):
             return _at(path) + _("expected {wanted}, got {found}").format(
                 wanted=_describe(expected), found=_describe(got))

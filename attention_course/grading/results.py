@@ -228,6 +228,17 @@ def _where(case: Case, number: int) -> str:
     return _("case {number}").format(number=number)
 
 
+def _stripped(value: Any) -> Any:
+    """A choice answered with stray spaces around it (``"the same "``) is that choice."""
+    if isinstance(value, str):
+        return value.strip()
+    if type(value) in (list, tuple):
+        return type(value)(_stripped(v) for v in value)
+    if type(value) is dict and _raised(value) is None:
+        return {k: _stripped(v) for k, v in value.items()}
+    return value
+
+
 def _strings(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
@@ -253,6 +264,8 @@ def _problem(question: Question, want: Any, got: Any, tolerance: tuple[float, fl
     path = _("output") if path is None else path
     if question.choices:
         stray = [s for s in _strings(got) if s not in question.choices]
+        if isinstance(want, str) and not isinstance(got, str):
+            stray = [got]  # a bool, a number, None where a choice is asked for
         if stray and choice_words.translated():
             return _("{answer} is not one of the choices: {choices} (write a choice's words, "
                      "its letter or its number)").format(
@@ -407,8 +420,9 @@ def evaluate(
             name=question.symbol, problem=error))
     if type(outputs) not in (list, tuple) or len(outputs) != len(expected):
         return result(question, "error", _("the grader received a malformed answer"))
-    if question.choices:  # a choice named in the learner's language, by letter or number
-        outputs = [choice_words.as_choices(question.choices, o) for o in outputs]
+    if question.choices:  # stray spaces dropped; a choice named in the learner's language,
+        # by letter or number, is the English choice
+        outputs = [choice_words.as_choices(question.choices, _stripped(o)) for o in outputs]
     if question.parts is not None:
         return _evaluate_parts(question, cases, expected, list(outputs), wrong)
     found = _judge_cases(question, cases, expected, list(outputs), wrong,

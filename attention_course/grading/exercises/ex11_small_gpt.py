@@ -1,7 +1,7 @@
 """Exercise 11: the parts of a small GPT (chapter 11).
 
 Seven questions, five kinds: RMSNorm (implement); grouped-query causal attention
-(implement); predict what a RoPE cache and a pre-norm block do not notice (predict); repair
+(implement); predict what a RoPE cache and a pre-norm block notice (predict); repair
 a RoPE attention step against a KV cache whose positions are off by one and whose values
 are rotated (debug); count a GPT's weights (derive); top-p's set of tokens (implement); and
 the smoothing of a bigram baseline, measured (experiment).
@@ -86,7 +86,8 @@ NORM_MISTAKES = mistake_table(changed(_norm), [
      "your eps is added after the square root; it goes inside it, with the mean of the "
      "squares"),
     ("no_eps", {"eps_at": "none"},
-     "your eps is not used: it goes inside the square root, with the mean of the squares"),
+     "you ignore the eps argument (case 3 passes eps = 1): add the eps you are given "
+     "inside the square root, with the mean of the squares"),
     ("no_gain", {"gain": False},
      "the normalisation is right, but the result is not multiplied by the learned gain "
      "(weight), one number per feature"),
@@ -103,8 +104,10 @@ def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return _gqa(q, k, v)
 
 
-def _gqa(q: Tensor, k: Tensor, v: Tensor, *, mapping: str = "grouped", causal: bool = True,
-         scale: str = "head", axis: int = -1) -> Tensor:
+def _gqa(q: Tensor, k: Tensor, v: Tensor, *, mapping: str = "grouped",
+         causal: bool | str = True, scale: str = "head", axis: int = -1) -> Tensor:
+    """``causal``: ``True``, ``False`` (no mask) or ``"strict"`` (the diagonal masked too:
+    a query sees only the positions before its own)."""
     heads, kv_heads = q.shape[1], k.shape[1]
     group = heads // kv_heads
     if mapping == "grouped":
@@ -117,7 +120,8 @@ def _gqa(q: Tensor, k: Tensor, v: Tensor, *, mapping: str = "grouped", causal: b
     factor = {"head": d ** -0.5, "none": 1.0, "model": (d * heads) ** -0.5}[scale]
     scores = q @ k.transpose(-1, -2) * factor
     if causal:
-        scores = scores.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), -math.inf)
+        seen = torch.ones(t, t, dtype=torch.bool).tril(-1 if causal == "strict" else 0)
+        scores = scores.masked_fill(~seen, -math.inf)
     return torch.softmax(scores, dim=axis) @ v
 
 
@@ -145,6 +149,9 @@ GQA_MISTAKES = mistake_table(changed(_gqa), [
     ("not_causal", {"causal": False},
      "each query also sees the keys after it: the attention of a language model is causal, "
      "a query sees its own position and the ones before"),
+    ("diagonal_masked", {"causal": "strict"},
+     "your mask hides the diagonal too: a query must see its own position (and the ones "
+     "before); the first query then sees nothing, and a fully masked row gives NaN"),
     ("unscaled", {"scale": "none"},
      "your scores are not divided by the square root of the head size"),
     ("model_scale", {"scale": "model"},
@@ -173,7 +180,7 @@ def _gqa_diagnose(case: Case, expected: Any, got: Any) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------- question 3
+# --------------------------------------------------------------------------- question 4
 def rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
     """RoPE as the learner's page gives it: rotate the adjacent pairs of ``x (B, n, d)`` at
     ``positions (n,)`` by ``p * base^(-2i/d)``."""
@@ -187,7 +194,7 @@ def rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
 
 def rope_cache_step(q_new: Tensor, k_new: Tensor, v_new: Tensor, cache_k: Tensor,
                     cache_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The reference of question 3: the ``n`` new tokens sit at positions ``T .. T + n -
+    """The reference of question 4: the ``n`` new tokens sit at positions ``T .. T + n -
     1`` after the ``T`` cached ones; their queries and keys are rotated there, their keys
     and values join the cache, and they attend bottom-right."""
     return _rope_step()(q_new, k_new, v_new, cache_k, cache_v)
@@ -271,17 +278,18 @@ def _rope_diagnose(case: Case, expected: Any, got: Any) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------- question 4
+# --------------------------------------------------------------------------- question 5
 def gpt_weights(vocab_size: int, d_model: int, num_layers: int, num_heads: int,
                 num_kv_heads: int, d_ff: int) -> dict[str, int]:
-    """The reference of question 4: the weights of one block's attention and feed-forward
+    """The reference of question 5: the weights of one block's attention and feed-forward
     network, and of the whole model (tied embedding, no biases, RMSNorm gains)."""
     return _count(vocab_size, d_model, num_layers, num_heads, num_kv_heads, d_ff)
 
 
 def _count(vocab: int, d: int, layers: int, heads: int, kv: int, d_ff: int, *,
            kv_width: str = "grouped", ffn_mats: int = 3, tied: bool = True,
-           norms: str = "rms", biases: bool = False) -> dict[str, int]:
+           norms: str = "rms", biases: bool = False,
+           gains_in_parts: bool = False) -> dict[str, int]:
     head = d // heads
     kv_dim = {"grouped": kv * head, "full": d, "one": head}[kv_width]
     attention = 2 * d * d + 2 * d * kv_dim
@@ -291,6 +299,8 @@ def _count(vocab: int, d: int, layers: int, heads: int, kv: int, d_ff: int, *,
         ffn += d_ff * (ffn_mats - 1) + d
     per_norm = {"rms": d, "layer": 2 * d, "none": 0}[norms]
     total = vocab * d * (1 if tied else 2) + layers * (attention + ffn + 2 * per_norm) + per_norm
+    if gains_in_parts:  # each sub-layer's RMSNorm counted with it (the total is right)
+        attention, ffn = attention + per_norm, ffn + per_norm
     return {"attention": attention, "ffn": ffn, "total": total}
 
 
@@ -327,14 +337,17 @@ COUNT_MISTAKES = mistake_table(changed(_count), [
      "numbers each"),
     ("layer_norm", {"norms": "layer"},
      "you counted a bias in every norm, as layer normalisation has; RMSNorm has a gain only"),
+    ("gains_in_parts", {"gains_in_parts": True},
+     "you counted each sub-layer's RMSNorm gain with its attention or feed-forward "
+     "network; those two parts are their projections only, the gains count in the total"),
     ("biases", {"biases": True},
      "you counted biases in the linear layers; the model has none"),
 ])
 
 
-# --------------------------------------------------------------------------- question 5
+# --------------------------------------------------------------------------- question 3
 SAME, CHANGES = "the same", "changes"
-INVARIANCE = {"reversed_cache": SAME, "shifted_positions": SAME, "scaled_input": SAME}
+INVARIANCE = {"reversed_cache": SAME, "shifted_positions": SAME, "scaled_input": CHANGES}
 INVARIANCE_WRONG = [
     ("reversed_cache_changes", "reversed_cache", CHANGES,
      "the new token sees every cached key, and each key carries its position in its own "
@@ -343,10 +356,10 @@ INVARIANCE_WRONG = [
     ("shifted_positions_change", "shifted_positions", CHANGES,
      "RoPE makes each score depend on the offset between the query's and the key's "
      "positions only; adding the same number to every position keeps every offset"),
-    ("scaled_input_changes", "scaled_input", CHANGES,
-     "the attention reads RMSNorm's output, and RMSNorm divides each vector by its own "
-     "root mean square: a vector ten times longer comes out the same (up to eps), so the "
-     "queries, keys and weights do not change"),
+    ("scaled_input_same", "scaled_input", SAME,
+     "RMSNorm makes the attention's output the same for 10 x as for x, but the residual "
+     "path adds it to 10 x itself: divided by 10, the block's output is x plus a tenth of "
+     "the attention's output, not x plus all of it"),
 ]
 
 
@@ -424,7 +437,8 @@ def _bigram_ppl(train: Tensor, val: Tensor, vocab: int, alpha: float, *,
         rows = torch.bincount(train, minlength=vocab).double()
     else:
         rows = torch.full((vocab,), float(len(a)), dtype=torch.float64)
-    extra = {"full": alpha * vocab, "one": alpha, "none": 0.0}[denominator]
+    extra = {"full": alpha * vocab, "one": alpha, "none": 0.0,
+             "seen": alpha * (int(train.max()) + 1)}[denominator]
     probs = (counts + alpha) / (rows[:, None] + extra)
     nll = -probs[val[:-1], val[1:]].log()
     return math.exp(nll.mean().item() if average == "mean" else nll.sum().item())
@@ -433,7 +447,11 @@ def _bigram_ppl(train: Tensor, val: Tensor, vocab: int, alpha: float, *,
 def _smoothing(train: Tensor, val: Tensor, vocab: int, alphas: list[float],
                **change: str) -> dict[str, Any]:
     perplexities = [_bigram_ppl(train, val, vocab, a, **change) for a in alphas]
-    best = alphas[min(range(len(alphas)), key=perplexities.__getitem__)]
+    # A mistake keeps the right best alpha: best_alpha takes one of three or four values
+    # and several mistakes pick the same one, so it is never matched to a mistake (the
+    # diagnosis, _best_alpha_diagnose, says where a wrong one comes from).
+    right = [_bigram_ppl(train, val, vocab, a) for a in alphas] if change else perplexities
+    best = alphas[min(range(len(alphas)), key=right.__getitem__)]
     return {"perplexities": perplexities, "best_alpha": best}
 
 
@@ -448,16 +466,32 @@ def _text_ids(g: torch.Generator, length: int, vocab: int) -> Tensor:
 
 
 def _smoothing_case(g: torch.Generator, vocab: int, train: int, val: int,
-                    alphas: list[float]) -> Case:
-    ids = _text_ids(g, train + val, vocab)
+                    alphas: list[float], used: int | None = None) -> Case:
+    """``used``: the text's ids are drawn from 0 .. used - 1 only, so that the highest
+    ids of the vocabulary never occur (neither in training nor in validation)."""
+    ids = _text_ids(g, train + val, used or vocab)
     return Case(args=(ids[:train], ids[train:], vocab, alphas),
                 label=f"{vocab} tokens, {train} training and {val} validation ids, "
                       f"alphas {alphas}")
 
 
+def _best_alpha_diagnose(case: Case, expected: Any, got: Any) -> str | None:
+    """best_alpha takes one of three or four values, and several mistakes pick the same:
+    it is never matched to one; the feedback says where a wrong best_alpha comes from."""
+    if not isinstance(expected, float) or expected not in case.args[3]:
+        return None  # not the best_alpha part
+    if isinstance(got, int) and not isinstance(got, bool):
+        return _("your best_alpha is an integer: return the alpha of your lowest "
+                 "perplexity, not its index in alphas")
+    return _("your best_alpha is not the alpha of the lowest perplexity: if your "
+             "perplexities are wrong, fix those first, best_alpha follows from them; if "
+             "not, return the alpha (not its index) at which they are lowest")
+
+
 smoothing_cases = drawn_cases(1107, _smoothing_case, visible=[
     (8, 200, 60, [0.01, 0.1, 1.0]), (20, 400, 100, [0.05, 0.5, 2.0]),
-], hidden=[(12, 300, 80, [0.02, 0.2, 1.0, 5.0]), (30, 200, 200, [0.1, 1.0, 10.0])])
+], hidden=[(12, 300, 80, [0.02, 0.2, 1.0, 5.0]), (30, 200, 200, [0.1, 1.0, 10.0]),
+           (12, 300, 80, [0.05, 0.5, 2.0], 10)])
 
 
 SMOOTHING_MISTAKES = mistake_table(
@@ -478,6 +512,10 @@ SMOOTHING_MISTAKES = mistake_table(
          "you added alpha once to the denominator; every one of the vocab_size possible next "
          "tokens got alpha added to its count, so the row's total grows by alpha times "
          "vocab_size (else the probabilities do not sum to 1)"),
+        ("vocab_from_ids", {"denominator": "seen"},
+         "you added alpha for each id up to the largest one in the training text; the model "
+         "predicts over all vocab_size tokens, also those the training text never shows, "
+         "so the denominator grows by alpha times vocab_size"),
         ("summed", {"average": "sum"},
          "your perplexity is the exponential of the summed negative log-likelihood; it is "
          "that of the mean, per predicted token"),
@@ -528,13 +566,14 @@ EXERCISE = Exercise(
         prediction(
             id="q3_predict_invariance",
             symbol="predict_invariance",
-            title="Predict: what does not change?",
+            title="Predict: what changes?",
             points=3,
             answer=INVARIANCE,
             choices=(SAME, CHANGES),
             wrong=INVARIANCE_WRONG,
             hint=("Ask of each change what the attention's scores read: a key's rotation, "
-                  "its place in the cache, or the length of a normalised vector."),
+                  "its place in the cache, or the length of a normalised vector; and what "
+                  "the residual path adds the attention's output to."),
             section=BLOCK,
         ),
         Question(
@@ -598,6 +637,7 @@ EXERCISE = Exercise(
             rtol=1e-6,
             atol=1e-9,
             mistakes=SMOOTHING_MISTAKES,
+            diagnose=_best_alpha_diagnose,
             hint=("Count the pairs (a, b) of neighbouring training tokens; p(b | a) is the "
                   "pair's count plus alpha over the count of pairs that start with a plus "
                   "alpha for each of the vocab_size next tokens. The perplexity is the "
