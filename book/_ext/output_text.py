@@ -20,8 +20,9 @@ What is translated: text printed to stdout, a result shown as plain text, and th
 of a Markdown result (a table's cells). Left as they are: stderr (warnings, progress
 bars), tracebacks, HTML and widget outputs, figures (their words are translated
 elsewhere), and the outputs of a cell tagged ``output-as-printed`` (a model's samples or
-translations: not the course's words, and not the same from one run to the next). The texts that had no translation are listed in
-``<build>/output_texts_missing.json`` (``tests/test_i18n.py`` reads it).
+translations: not the course's words, and not the same from one run to the next). The
+texts that had no translation are listed in ``<build>/output_texts_missing.json``
+(``tests/test_i18n.py`` reads it).
 """
 
 from __future__ import annotations
