@@ -27,6 +27,7 @@ Chapter 11's experiment (the corpus, baselines, the heads it finds) is in
 from __future__ import annotations
 
 import heapq
+import inspect
 import math
 import re
 from collections import Counter
@@ -298,12 +299,22 @@ class GPT(nn.Module):
 
 
 def autocast_dtype(device: torch.device | str) -> torch.dtype | None:
-    """``torch.bfloat16`` on a CUDA GPU that computes in it, else ``None``
-    (float32: a CPU without bfloat16 units only emulates it, slowly)."""
+    """``torch.bfloat16`` on a CUDA GPU with bfloat16 units, else ``None``
+    (float32: on every CPU, and on older GPUs that only emulate bfloat16)."""
     device = torch.device(device)
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+    if device.type == "cuda" and _bf16_in_hardware():
         return torch.bfloat16
     return None
+
+
+def _bf16_in_hardware() -> bool:
+    """Whether the current CUDA GPU computes in bfloat16 itself: older
+    torches have no ``including_emulation`` argument (and then count only
+    native support), newer ones count emulation unless told not to."""
+    check = torch.cuda.is_bf16_supported
+    if "including_emulation" in inspect.signature(check).parameters:
+        return check(including_emulation=False)
+    return check()
 
 
 def lm_loss(model: GPT, batch: Tensor) -> Tensor:

@@ -256,8 +256,18 @@ def test_lm_loss_is_next_token_cross_entropy():
 
 def test_autocast_only_where_bfloat16_is_fast():
     assert autocast_dtype("cpu") is None
-    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-        assert autocast_dtype("cuda") == torch.bfloat16
+    if torch.cuda.is_available():
+        native = torch.cuda.is_bf16_supported(including_emulation=False)
+        assert autocast_dtype("cuda") == (torch.bfloat16 if native else None)
+
+
+def test_autocast_refuses_emulated_bfloat16(monkeypatch):
+    # a pre-Ampere GPU: bfloat16 only emulated, which is_bf16_supported
+    # counts by default
+    def supported(including_emulation=True):
+        return including_emulation
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", supported)
+    assert autocast_dtype("cuda") is None
 
 
 def test_optimizer_decays_matrices_only():
