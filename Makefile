@@ -37,10 +37,8 @@ web-assets:
 browser:
 	@bash scripts/install_browser.sh
 
-# The chapters run first, two or more at a time, into the execution cache (each one's time
-# printed); then the English edition and the Chinese one build from that cache.
+# The English edition, then the Chinese one from the same sources and execution cache.
 book: setup
-	$(BIN)/python scripts/execute_book.py
 	$(BIN)/jupyter-book build . -W --keep-going
 	$(BIN)/python scripts/i18n.py build
 	@$(BIN)/python scripts/check_claims.py --built

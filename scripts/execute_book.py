@@ -13,6 +13,12 @@ stops here with its traceback. It prints each chapter's time and the total, and 
 them to ``_build/execution_times.json`` (``make test`` prints them in its summary).
 
 Chapters whose code has not changed since they were cached are not run again.
+
+Not yet part of ``make book`` or ``make test``: in one run on 2 cores, one of two kernels
+started together went idle while its client still waited for a reply (and an earlier run
+showed a kernel failing to send one, ``ZMQError: Socket operation on non-socket``), so the
+chapter would have waited for the cell timeout. Until that is understood the builds execute
+the chapters themselves, one after the other.
 """
 
 from __future__ import annotations

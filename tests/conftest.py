@@ -73,18 +73,13 @@ def built_book() -> Path:
     """Build the book with ``-W --keep-going`` (warnings are errors), then its Chinese
     edition into ``zh_CN/`` (``-W`` too), and return the HTML folder.
 
-    The chapters are executed first by ``scripts/execute_book.py`` (in parallel, into
-    Jupyter Book's execution cache in ``_build/.jupyter_cache``), so the builds execute
-    nothing, and a book already built by ``make book`` only re-executes the chapters that
-    changed.
+    The build uses Jupyter Book's execution cache in ``_build/.jupyter_cache``, so a book
+    already built by ``make book`` only re-executes the notebooks that changed.
 
     No wall-clock limit is put on the build: what guards against a hang is the per-cell
     ``execute.timeout`` in ``_config.yml``. A whole-build limit only failed machines that
     were busy (two ``yes`` loads on 2 cores took the build past an hour).
     """
-    # the chapters, two or more at a time, into the execution cache the builds read
-    _build([sys.executable, str(ROOT / "scripts" / "execute_book.py")],
-           "executing the chapters failed")
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     _build([str(jupyter_book), "build", str(ROOT), "-W", "--keep-going"],
            "jupyter-book build -W failed")
