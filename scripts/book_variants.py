@@ -17,6 +17,18 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "_build" / ".jupyter_cache"
 
 
+def page_name(page: str, catalogs: tuple[str, ...]) -> str:
+    """``book/09_decoding`` from a page's path, its notebook's or its catalog's under
+    ``catalogs`` (``("locales", "zh_CN", "outputs")``, for instance)."""
+    path = Path(page)
+    if path.is_absolute():
+        path = path.relative_to(ROOT)
+    parts = path.with_suffix("").parts
+    if parts[:len(catalogs)] == catalogs:
+        parts = parts[len(catalogs):]
+    return "/".join(parts)
+
+
 def read_yaml(name: str) -> dict:
     return yaml.safe_load((ROOT / name).read_text(encoding="utf-8"))
 

@@ -30,7 +30,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from book_variants import ROOT, build, derived_config
+from book_variants import ROOT, build, derived_config, page_name
 
 LANGUAGE = "zh_CN"
 LOCALES = ROOT / "locales"
@@ -109,13 +109,7 @@ def update(pages: list[str] | None = None) -> int:
 
 def _page_name(page: str) -> str:
     """``book/09_decoding`` from a page's path, its notebook's or its catalog's."""
-    path = Path(page)
-    if path.is_absolute():
-        path = path.relative_to(ROOT)
-    parts = path.with_suffix("").parts
-    if parts[:3] == ("locales", LANGUAGE, "LC_MESSAGES"):
-        parts = parts[3:]
-    return "/".join(parts)
+    return page_name(page, ("locales", LANGUAGE, "LC_MESSAGES"))
 
 
 def problems(pot: Path | None = None) -> list[str]:

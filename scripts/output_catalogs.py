@@ -17,9 +17,8 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
-from book_variants import CACHE, ROOT, read_yaml
+from book_variants import CACHE, ROOT, page_name, read_yaml
 
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 sys.path.insert(0, str(ROOT))
@@ -59,13 +58,7 @@ def executed_chapters(pages: list[str] | None = None) -> dict[str, object | None
 
 def _page(page: str) -> str:
     """``book/09_decoding`` from a page's path, its notebook's or its catalog's."""
-    path = Path(page)
-    if path.is_absolute():
-        path = path.relative_to(ROOT)
-    parts = path.with_suffix("").parts
-    if parts[:3] == ("locales", LANGUAGE, "outputs"):
-        parts = parts[3:]
-    return "/".join(parts)
+    return page_name(page, ("locales", LANGUAGE, "outputs"))
 
 
 def _markdown_texts(text: str, fmt: str) -> Iterator[str]:
